@@ -1,0 +1,117 @@
+//! Device-visible memory the CPU can read and write: descriptor rings, marker words, host chunks.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::UdmaError;
+
+/// A region of host memory that both the CPU (through [`DmaMemory::as_ptr`]) and the device (through
+/// [`DmaMemory::phys_addr`], tagged by the caller with the arch's `pci_host_base`) can reach.
+///
+/// The provided methods are the only accessors the op layer needs; all of them are bounds-checked.
+///
+/// # Safety
+///
+/// An implementor guarantees that, for as long as the value lives:
+/// - `as_ptr()` is non-null, aligned to at least 256 bytes, and valid for reads and writes of `len()` bytes;
+/// - the device reaches the same bytes at host physical address `phys_addr()`;
+/// - nothing else in the CPU's address space aliases those bytes except through this value.
+///
+/// The device may read and write the region concurrently with the CPU; callers order their accesses with
+/// the doorbell (release) and the completion marker (acquire), as the driver does.
+pub unsafe trait DmaMemory: Send + Sync {
+    /// CPU address of the first byte.
+    fn as_ptr(&self) -> *mut u8;
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// Host physical address of the first byte, without `pci_host_base`.
+    fn phys_addr(&self) -> u64;
+
+    /// True when the region has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks that `[offset, offset + len)` lies inside the region.
+    ///
+    /// # Errors
+    ///
+    /// [`UdmaError::OutOfBounds`] when it does not (or the end overflows).
+    fn check(&self, offset: usize, len: usize) -> Result<(), UdmaError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(UdmaError::OutOfBounds { offset, len, size: self.len() }),
+        }
+    }
+
+    /// Atomically loads the aligned 32-bit word at `offset` with `order` (the marker poll uses `Acquire`).
+    ///
+    /// # Errors
+    ///
+    /// [`UdmaError::OutOfBounds`] for an access outside the region or not 4-byte aligned.
+    fn load_u32(&self, offset: usize, order: Ordering) -> Result<u32, UdmaError> {
+        Ok(self.word(offset)?.load(order))
+    }
+
+    /// Atomically stores `value` to the aligned 32-bit word at `offset` with `order`.
+    ///
+    /// # Errors
+    ///
+    /// [`UdmaError::OutOfBounds`] for an access outside the region or not 4-byte aligned.
+    fn store_u32(&self, offset: usize, value: u32, order: Ordering) -> Result<(), UdmaError> {
+        self.word(offset)?.store(value, order);
+        Ok(())
+    }
+
+    /// The aligned 32-bit word at `offset` as an atomic.
+    ///
+    /// # Errors
+    ///
+    /// [`UdmaError::OutOfBounds`] for an access outside the region or not 4-byte aligned.
+    fn word(&self, offset: usize) -> Result<&AtomicU32, UdmaError> {
+        self.check(offset, 4)?;
+        if offset % 4 != 0 {
+            return Err(UdmaError::OutOfBounds { offset, len: 4, size: self.len() });
+        }
+        // SAFETY: the range is inside the region (checked above), the base is 256-byte aligned and offset is
+        // a multiple of 4, so the pointer is valid and aligned for an AtomicU32 for the life of `self`. All
+        // CPU-side accesses to marker words go through atomics; the device writes them with release stores.
+        Ok(unsafe { &*(self.as_ptr().add(offset) as *const AtomicU32) })
+    }
+
+    /// Copies `src` into the region at `offset`.
+    ///
+    /// # Errors
+    ///
+    /// [`UdmaError::OutOfBounds`] when the write does not fit.
+    fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<(), UdmaError> {
+        self.check(offset, src.len())?;
+        // SAFETY: the destination range is inside the region (checked above) and `src` is a distinct Rust
+        // slice, so the ranges cannot overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(offset), src.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes of the region at `offset` into `dst`.
+    ///
+    /// # Errors
+    ///
+    /// [`UdmaError::OutOfBounds`] when the read does not fit.
+    fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<(), UdmaError> {
+        self.check(offset, dst.len())?;
+        // SAFETY: the source range is inside the region (checked above); `dst` is a distinct exclusive slice.
+        unsafe { core::ptr::copy_nonoverlapping(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Sets `len` bytes at `offset` to `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`UdmaError::OutOfBounds`] when the range does not fit.
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<(), UdmaError> {
+        self.check(offset, len)?;
+        // SAFETY: the range is inside the region (checked above).
+        unsafe { core::ptr::write_bytes(self.as_ptr().add(offset), value, len) };
+        Ok(())
+    }
+}
