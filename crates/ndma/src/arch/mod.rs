@@ -1,0 +1,189 @@
+//! The DHAL: everything that differs between device generations, behind one trait as the driver's
+//! `ndhal` vtable (FACTS §4). The op layer asks the DHAL and never branches on the arch itself — except at
+//! the one place the driver does (the zero-copy barrier).
+
+mod v2;
+mod v3;
+
+use udma::{Arch, Barrier};
+
+pub use v2::V2;
+pub use v3::V3;
+
+/// The marker-poll budget for one batch, in µs (`ndma_get_wait_for_completion_time`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitBudget {
+    /// Delay before the first poll.
+    pub first_wait_us: u64,
+    /// The following wait: the poll loop makes `following_us + 2` polls, 1 µs apart.
+    pub following_us: u64,
+}
+
+/// Per-generation behaviour of the DMA op layer.
+pub trait Dhal: Send + Sync + 'static {
+    /// The generation.
+    fn arch(&self) -> Arch;
+
+    /// The host-BAR window bits OR-ed into every host PA (bit 44 on V2, bit 46 on V3).
+    fn pci_host_base(&self) -> u64 {
+        self.arch().pci_host_base()
+    }
+
+    /// NeuronCores per device.
+    fn ncs_per_device(&self) -> u32 {
+        self.arch().ncs_per_device()
+    }
+
+    /// UDMA engines per device.
+    fn num_engines(&self) -> u32 {
+        self.arch().num_engines()
+    }
+
+    /// BAR0 offset of engine `eng`.
+    fn engine_base(&self, eng: u32) -> Option<u64> {
+        self.arch().engine_base(eng)
+    }
+
+    /// `ndmar_get_h2t_eng_id`: the engine hosting NC `nc`'s host-to-tensor ring.
+    fn h2t_eng_id(&self, nc: u32) -> u32;
+
+    /// `ndmar_get_h2t_def_qid`: the default H2T queue of NC `nc` on that engine.
+    fn h2t_def_qid(&self, nc: u32) -> u32;
+
+    /// `ndma_get_m2m_barrier_type`: the barrier of a classic-path data descriptor; `last` is true for the
+    /// last data descriptor of a batch. WRITE_BARRIER on both V2 and V3 (FACTS §7.4.1).
+    fn m2m_barrier(&self, last: bool) -> Barrier {
+        if last {
+            Barrier::WriteBarrier
+        } else {
+            Barrier::None
+        }
+    }
+
+    /// `ndma_get_wait_for_completion_time`: the budget for a batch of `count` descriptors (marker included).
+    /// Saturating: a count of 0 or 1 cannot underflow (the C V2 formula does).
+    fn wait_budget(&self, count: u32, is_async: bool) -> WaitBudget;
+
+    /// `ndma_retry_memcpy`: does this generation need the reset-window retry (V2 only)?
+    fn retry_memcpy(&self) -> bool;
+
+    /// `ndma_validate_pa`: a host address (per the arch's host mask) must be host memory some process
+    /// allocated (`is_valid_host_mem`); every other address passes.
+    fn validate_pa(&self, pa: u64, is_valid_host_mem: &dyn Fn(u64) -> bool) -> bool {
+        !self.arch().is_host_addr(pa) || is_valid_host_mem(pa)
+    }
+}
+
+/// The DHAL of `arch`.
+pub fn dhal(arch: Arch) -> &'static dyn Dhal {
+    match arch {
+        Arch::V2 => &V2,
+        Arch::V3 => &V3,
+    }
+}
+
+/// An EC2 instance type and the Neuron devices it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instance {
+    /// Instance type name.
+    pub name: &'static str,
+    /// Device generation.
+    pub arch: Arch,
+    /// Neuron devices.
+    pub devices: u32,
+}
+
+impl Instance {
+    /// trn1.2xlarge: one V2 device.
+    pub const TRN1_2XLARGE: Instance = Instance { name: "trn1.2xlarge", arch: Arch::V2, devices: 1 };
+    /// trn1.32xlarge: 16 V2 devices.
+    pub const TRN1_32XLARGE: Instance = Instance { name: "trn1.32xlarge", arch: Arch::V2, devices: 16 };
+    /// inf2.xlarge: one V2 device.
+    pub const INF2_XLARGE: Instance = Instance { name: "inf2.xlarge", arch: Arch::V2, devices: 1 };
+    /// inf2.48xlarge: 12 V2 devices.
+    pub const INF2_48XLARGE: Instance = Instance { name: "inf2.48xlarge", arch: Arch::V2, devices: 12 };
+    /// trn2.48xlarge: 16 V3 devices.
+    pub const TRN2_48XLARGE: Instance = Instance { name: "trn2.48xlarge", arch: Arch::V3, devices: 16 };
+
+    /// Every preset.
+    pub const ALL: [Instance; 5] = [
+        Instance::TRN1_2XLARGE,
+        Instance::TRN1_32XLARGE,
+        Instance::INF2_XLARGE,
+        Instance::INF2_48XLARGE,
+        Instance::TRN2_48XLARGE,
+    ];
+
+    /// The preset called `name`.
+    pub fn by_name(name: &str) -> Option<Instance> {
+        Instance::ALL.into_iter().find(|i| i.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worked_examples_of_facts_section_4() {
+        assert_eq!(V2.wait_budget(2032, false), WaitBudget { first_wait_us: 8121, following_us: 80_427_900 });
+        assert_eq!(V3.wait_budget(2032, false), WaitBudget { first_wait_us: 4061, following_us: 162_073_900 });
+    }
+
+    #[test]
+    fn async_first_wait_is_one_microsecond() {
+        assert_eq!(V2.wait_budget(2, true), WaitBudget { first_wait_us: 1, following_us: (400 - 1) * 100 });
+        assert_eq!(V3.wait_budget(3, true), WaitBudget { first_wait_us: 1, following_us: (1600 - 1) * 100 });
+    }
+
+    #[test]
+    fn small_counts_cannot_underflow() {
+        for d in [dhal(Arch::V2), dhal(Arch::V3)] {
+            for count in 0..3 {
+                let b = d.wait_budget(count, false);
+                assert!(b.first_wait_us <= 1 && b.following_us <= 80_000, "{:?} {count}: {b:?}", d.arch());
+            }
+        }
+        assert_eq!(V2.wait_budget(1, false), WaitBudget { first_wait_us: 0, following_us: 0 });
+        assert_eq!(V2.wait_budget(2, false), WaitBudget { first_wait_us: 1, following_us: 39_900 });
+    }
+
+    #[test]
+    fn h2t_engines_and_queues() {
+        assert_eq!((V2.h2t_eng_id(0), V2.h2t_def_qid(0)), (32, 0));
+        assert_eq!((V2.h2t_eng_id(1), V2.h2t_def_qid(1)), (33, 0));
+        let v3: Vec<_> = (0..8).map(|nc| (V3.h2t_eng_id(nc), V3.h2t_def_qid(nc))).collect();
+        assert_eq!(v3, [(128, 0), (128, 1), (129, 0), (129, 1), (130, 0), (130, 1), (131, 0), (131, 1)]);
+    }
+
+    #[test]
+    fn barrier_policy_and_retry_flag() {
+        for d in [dhal(Arch::V2), dhal(Arch::V3)] {
+            assert_eq!(d.m2m_barrier(true), Barrier::WriteBarrier);
+            assert_eq!(d.m2m_barrier(false), Barrier::None);
+        }
+        assert!(V2.retry_memcpy());
+        assert!(!V3.retry_memcpy());
+    }
+
+    #[test]
+    fn validate_pa_checks_only_host_addresses() {
+        let never = |_| false;
+        let always = |_| true;
+        assert!(V2.validate_pa(0x10_0000_0000, &never));
+        assert!(!V2.validate_pa(udma::arch::V2_PCI_HOST_BASE | 0x1000, &never));
+        assert!(V2.validate_pa(udma::arch::V2_PCI_HOST_BASE | 0x1000, &always));
+        // A V2 address with bit 45 set is not a host address on V2: passes without the host check.
+        assert!(V2.validate_pa(udma::arch::V2_PCI_HOST_BASE | (1 << 45), &never));
+        assert!(!V3.validate_pa(udma::arch::V3_PCI_HOST_BASE | 0x1000, &never));
+        assert!(V3.validate_pa(udma::arch::V2_PCI_HOST_BASE | 0x1000, &never));
+    }
+
+    #[test]
+    fn instance_presets() {
+        assert_eq!(Instance::by_name("trn1.32xlarge").map(|i| (i.arch, i.devices)), Some((Arch::V2, 16)));
+        assert_eq!(Instance::by_name("inf2.48xlarge").map(|i| i.devices), Some(12));
+        assert_eq!(Instance::by_name("trn2.48xlarge").map(|i| (i.arch, i.devices)), Some((Arch::V3, 16)));
+        assert_eq!(Instance::by_name("p4d.24xlarge"), None);
+    }
+}

@@ -1,0 +1,37 @@
+//! V3 (Trn2) DHAL (FACTS §4, the ×400 following wait of driver 2.26+).
+
+use udma::Arch;
+
+use super::{Dhal, WaitBudget};
+
+/// The V3 DHAL.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct V3;
+
+/// The IO engines hosting H2T rings, indexed by `nc / 2` (an engine serves two NCs, one queue each).
+const H2T_ENGINES: [u32; 4] = [128, 129, 130, 131];
+
+impl Dhal for V3 {
+    fn arch(&self) -> Arch {
+        Arch::V3
+    }
+
+    fn h2t_eng_id(&self, nc: u32) -> u32 {
+        H2T_ENGINES[(nc as usize / 2) % H2T_ENGINES.len()]
+    }
+
+    fn h2t_def_qid(&self, nc: u32) -> u32 {
+        nc % 2
+    }
+
+    fn wait_budget(&self, count: u32, is_async: bool) -> WaitBudget {
+        // "~2 µs per 64 KiB descriptor at 32 GB/s".
+        let est = 2 * u64::from(count.saturating_sub(1));
+        let first_wait_us = if is_async { 1 } else { est.saturating_sub(1) };
+        WaitBudget { first_wait_us, following_us: (est * 400).saturating_sub(first_wait_us) * 100 }
+    }
+
+    fn retry_memcpy(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,59 @@
+//! The transfer split (`ndma_memcpy_chunks`, spec §2): stage one batch of ≤64 KiB descriptor pairs, append
+//! the marker, ring the doorbells.
+
+use udma::{Barrier, Mmio, MAX_DMA_DESC_SIZE};
+
+use super::marker::add_completion_desc;
+use crate::context::DmaContext;
+use crate::ring::{H2tRing, RingInner};
+use crate::{Dhal, Result};
+
+/// Data descriptors per batch at most: half the nominal 4096-descriptor ring less the 16-slot guard and
+/// one for the marker (`sync_threshold` = 4096/2 − 16 − 1).
+pub const SYNC_THRESHOLD: u32 = crate::ring::DMA_H2T_DESC_COUNT / 2 - udma::UDMA_MAX_NUM_CDESC_PER_CACHE_LINE - 1;
+
+const _: () = assert!(SYNC_THRESHOLD == 2031);
+
+/// The most bytes one batch moves: an async request must fit in it.
+pub const MAX_BATCH_BYTES: u64 = SYNC_THRESHOLD as u64 * MAX_DMA_DESC_SIZE as u64;
+
+/// Stage the next batch of context `slot` (from its `offset`, at most `SYNC_THRESHOLD` data descriptors),
+/// add the marker and trigger. On return the context's `pending_transfers` and `outstanding` describe the
+/// batch. On error the caller must re-initialise the ring: part of a batch may be staged.
+pub(crate) fn stage_batch(
+    dhal: &dyn Dhal,
+    mmio: &dyn Mmio,
+    ring: &H2tRing,
+    inner: &mut RingInner,
+    slot: usize,
+) -> Result<()> {
+    let ctx: DmaContext = inner.contexts[slot];
+    let queue = &mut inner.queue;
+    let mut staged = 0u64;
+    let mut data_descs = 0u32;
+    loop {
+        let left = ctx.remaining - staged;
+        let chunk = left.min(u64::from(MAX_DMA_DESC_SIZE));
+        let last = chunk == left || data_descs + 1 == SYNC_THRESHOLD;
+        let at = ctx.offset + staged;
+        let src = if ctx.smove { ctx.src + at } else { ctx.src };
+        let dst = if ctx.dmove { ctx.dst + at } else { ctx.dst };
+        queue.copy_prepare_one(src, dst, chunk as u32, dhal.m2m_barrier(last), false)?;
+        staged += chunk;
+        data_descs += 1;
+        if last {
+            break;
+        }
+    }
+    add_completion_desc(queue, &*ring.completion, ring.completion_dma, H2tRing::completion_slot(slot), Barrier::None)?;
+    let count = data_descs + 1;
+    let ctx = &mut inner.contexts[slot];
+    ctx.pending_transfers = count;
+    ctx.outstanding = staged;
+    inner.queue.copy_start(mmio, count, count)?;
+    ring.stats.add_descriptors(u64::from(count));
+    ring.stats.add_batches(1);
+    ring.stats.add_doorbells(2);
+    tracing::trace!(nc = ring.nc, count, bytes = staged, "batch triggered");
+    Ok(())
+}

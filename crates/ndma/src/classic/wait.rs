@@ -1,0 +1,79 @@
+//! The marker poll (`ndma_memcpy_wait_for_completion`, spec §2): no interrupt, no completion ring — wait the
+//! DHAL's first wait, then poll the host word every 1 µs within the budget; on the marker, re-arm both words
+//! and ack the batch (the only thing that frees ring slots).
+
+use std::sync::atomic::Ordering;
+
+use super::marker::DMA_COMPLETION_MARKER;
+use crate::ring::{H2tRing, RingInner};
+use crate::{Dhal, NdmaError, Platform, Result};
+
+/// The virtual-platform scaling of the following wait (`narch_is_qemu() || narch_is_emu()`).
+pub const EMULATION_WAIT_SCALE: u64 = 100_000;
+/// First wait of a synchronous device-to-device batch, µs.
+pub const D2D_FIRST_WAIT_US: u64 = 10;
+/// Divisor of a synchronous device-to-device batch's following wait.
+pub const D2D_WAIT_DIVISOR: u64 = 200;
+/// Poll interval, µs.
+pub const POLL_INTERVAL_US: u64 = 1;
+
+/// The exact delays a wait uses: `(first_wait_us, loop)`; the poll loop makes `loop + 1` polls.
+pub fn poll_plan(dhal: &dyn Dhal, emulation: bool, count: u32, is_async: bool, is_d2d: bool) -> (u64, u64) {
+    let budget = dhal.wait_budget(count, is_async);
+    let mut first = budget.first_wait_us;
+    let mut wait = budget.following_us;
+    if emulation {
+        wait = wait.saturating_mul(EMULATION_WAIT_SCALE);
+    }
+    if is_d2d && !is_async {
+        first = D2D_FIRST_WAIT_US;
+        wait /= D2D_WAIT_DIVISOR;
+    }
+    (first, wait / POLL_INTERVAL_US + 1)
+}
+
+/// Waits for the marker of context `slot` whose batch has `count` descriptors; returns the polls made.
+///
+/// # Errors
+///
+/// [`NdmaError::Timeout`] when the budget runs out; nothing is acked then.
+pub(crate) fn wait_for_completion(
+    dhal: &dyn Dhal,
+    platform: &dyn Platform,
+    ring: &H2tRing,
+    inner: &RingInner,
+    slot: usize,
+    is_async: bool,
+) -> Result<u64> {
+    let ctx = &inner.contexts[slot];
+    let count = ctx.pending_transfers;
+    let (first_wait, loops) = poll_plan(dhal, platform.is_emulation(), count, is_async, ctx.is_d2d);
+    let src = H2tRing::completion_slot(slot);
+    let dst = src + 4;
+    let started = platform.now_us();
+    platform.udelay(first_wait);
+    let mut polls = 0u64;
+    let result = loop {
+        polls += 1;
+        // Acquire: pairs with the engine's release of the marker write, so every data write the batch made
+        // (drained by the barrier on its last data descriptor) is visible once we see the marker.
+        if ring.completion.load_u32(dst, Ordering::Acquire)? == DMA_COMPLETION_MARKER {
+            // Re-arm: clear the poll word and re-seed the source so a stale marker is detectable.
+            ring.completion.store_u32(dst, 0, Ordering::Relaxed)?;
+            ring.completion.store_u32(src, DMA_COMPLETION_MARKER, Ordering::Relaxed)?;
+            inner.queue.ack(count);
+            break Ok(polls);
+        }
+        platform.udelay(POLL_INTERVAL_US);
+        if polls > loops {
+            break Err(NdmaError::Timeout { eng: ring.eng_id, qid: ring.qid, count, polls });
+        }
+    };
+    ring.stats.add_polls(polls);
+    ring.stats.add_wait_us(platform.now_us().saturating_sub(started));
+    if let Err(e) = &result {
+        ring.stats.add_timeouts(1);
+        tracing::error!(nc = ring.nc, eng = ring.eng_id, qid = ring.qid, count, polls, "DMA completion timeout: {e}");
+    }
+    result
+}

@@ -1,0 +1,116 @@
+//! Classic DMA contexts (`struct ndma_h2t_dma_context`, FACTS §3.2) and the handle FSM that picks them.
+
+use crate::{NdmaError, Result};
+
+/// Which of a ring's three contexts a transfer uses (`enum neuron_dma_h2t_ctx_handle_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CtxHandle {
+    /// No context: the start of an async chain (−1).
+    None,
+    /// The synchronous context (0).
+    Sync,
+    /// First async context (1).
+    Async1,
+    /// Second async context (2).
+    Async2,
+}
+
+impl CtxHandle {
+    /// The driver's integer for this handle.
+    pub const fn raw(self) -> i32 {
+        match self {
+            CtxHandle::None => -1,
+            CtxHandle::Sync => 0,
+            CtxHandle::Async1 => 1,
+            CtxHandle::Async2 => 2,
+        }
+    }
+
+    /// `ndma_dma_ctx_get_next_handle`: NONE → ASYNC1, SYNC → SYNC, ASYNC1 → ASYNC2, ASYNC2 → ASYNC1.
+    pub const fn next(self) -> CtxHandle {
+        match self {
+            CtxHandle::None | CtxHandle::Async2 => CtxHandle::Async1,
+            CtxHandle::Sync => CtxHandle::Sync,
+            CtxHandle::Async1 => CtxHandle::Async2,
+        }
+    }
+
+    /// The context slot (and completion-buffer slot) of this handle; `None` has none.
+    pub(crate) const fn slot(self) -> Option<usize> {
+        match self {
+            CtxHandle::None => Option::None,
+            CtxHandle::Sync => Some(0),
+            CtxHandle::Async1 => Some(1),
+            CtxHandle::Async2 => Some(2),
+        }
+    }
+}
+
+impl TryFrom<i32> for CtxHandle {
+    type Error = NdmaError;
+
+    /// # Errors
+    ///
+    /// [`NdmaError::InvalidHandle`] for anything outside −1..=2.
+    fn try_from(raw: i32) -> Result<Self> {
+        match raw {
+            -1 => Ok(CtxHandle::None),
+            0 => Ok(CtxHandle::Sync),
+            1 => Ok(CtxHandle::Async1),
+            2 => Ok(CtxHandle::Async2),
+            other => Err(NdmaError::InvalidHandle(other)),
+        }
+    }
+}
+
+/// Number of contexts per ring (`NEURON_DMA_H2T_CTX_HANDLE_CNT`).
+pub(crate) const CTX_HANDLE_CNT: usize = 3;
+
+/// The cursor of one classic transfer.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct DmaContext {
+    /// Set at start, cleared on release.
+    pub inuse: bool,
+    /// Original source PA.
+    pub src: u64,
+    /// Original destination PA.
+    pub dst: u64,
+    /// Original byte count.
+    pub size: u64,
+    /// Does the source advance per chunk? (memset's replicate holds it.)
+    pub smove: bool,
+    /// Does the destination advance per chunk?
+    pub dmove: bool,
+    /// Neither end is host memory: the wait takes the device-to-device shortcut.
+    pub is_d2d: bool,
+    /// Jiffies at staging; restarted each batch and each retry.
+    pub start_time: u64,
+    /// Bytes completed.
+    pub offset: u64,
+    /// Bytes not yet completed.
+    pub remaining: u64,
+    /// Bytes staged in the current batch.
+    pub outstanding: u64,
+    /// Descriptors in the current batch, marker included: the doorbell count and the ack count.
+    pub pending_transfers: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_fsm() {
+        assert_eq!(CtxHandle::None.next(), CtxHandle::Async1);
+        assert_eq!(CtxHandle::Sync.next(), CtxHandle::Sync);
+        assert_eq!(CtxHandle::Async1.next(), CtxHandle::Async2);
+        assert_eq!(CtxHandle::Async2.next(), CtxHandle::Async1);
+        for raw in -1..=2 {
+            assert_eq!(CtxHandle::try_from(raw).map(CtxHandle::raw), Ok(raw));
+        }
+        for raw in [-2, 3, i32::MIN, i32::MAX] {
+            assert_eq!(CtxHandle::try_from(raw), Err(NdmaError::InvalidHandle(raw)));
+            assert_eq!(NdmaError::InvalidHandle(raw).errno(), -22);
+        }
+    }
+}

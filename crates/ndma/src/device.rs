@@ -1,0 +1,193 @@
+//! A Neuron device as the op layer sees it: its DHAL, BAR0, H2T rings per NC, memory pool, memset buffer and
+//! attached processes.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, Weak};
+
+use udma::Mmio;
+
+use crate::memory::{MemChunk, MemPool};
+use crate::ring::H2tRing;
+use crate::stats::StatsSnapshot;
+use crate::system::Registry;
+use crate::{Dhal, NdmaError, Platform, Result};
+
+/// `MEMSET_HOST_BUF_SIZE`: the host fill buffer memset copies from (= `MAX_DMA_DESC_SIZE`).
+pub const MEMSET_HOST_BUF_SIZE: u64 = udma::MAX_DMA_DESC_SIZE as u64;
+
+/// What a back end provides for one device.
+#[derive(Clone)]
+pub struct DeviceHw {
+    /// The device's BAR0.
+    pub bar0: Arc<dyn Mmio>,
+    /// First HBM physical address.
+    pub hbm_base: u64,
+    /// HBM bytes.
+    pub hbm_size: u64,
+    /// NeuronCore reset timestamps, if the back end models resets.
+    pub resets: Option<Arc<dyn ResetClock>>,
+}
+
+/// The device's NeuronCore reset timestamps (`nr_op_in_reset_wnd`'s inputs, FACTS §4).
+pub trait ResetClock: Send + Sync {
+    /// `(reset_start_time, reset_end_time)` in jiffies of the latest reset touching NC `nc`.
+    fn reset_times(&self, nc: u32) -> (u64, u64);
+}
+
+/// One Neuron device.
+pub struct NeuronDevice {
+    pub(crate) index: u32,
+    pub(crate) dhal: &'static dyn Dhal,
+    pub(crate) platform: Arc<dyn Platform>,
+    pub(crate) bar0: Arc<dyn Mmio>,
+    pub(crate) rings: Vec<H2tRing>,
+    pub(crate) pool: MemPool,
+    pub(crate) memset_lock: Mutex<()>,
+    pub(crate) memset_mc: Arc<MemChunk>,
+    pub(crate) attached: Mutex<BTreeSet<u32>>,
+    pub(crate) resets: Option<Arc<dyn ResetClock>>,
+    pub(crate) registry: Weak<Registry>,
+}
+
+impl NeuronDevice {
+    /// Brings a device up: starts every H2T engine, initialises each NC's H2T ring, allocates the memset
+    /// buffer.
+    ///
+    /// # Errors
+    ///
+    /// Allocation failures ([`NdmaError::NoMemory`]) and queue-init errors from the HAL.
+    pub(crate) fn new(
+        index: u32,
+        dhal: &'static dyn Dhal,
+        platform: Arc<dyn Platform>,
+        hw: DeviceHw,
+        registry: Weak<Registry>,
+    ) -> Result<Self> {
+        let mmio: &dyn Mmio = &*hw.bar0;
+        let mut started = BTreeSet::new();
+        let mut rings = Vec::new();
+        for nc in 0..dhal.ncs_per_device() {
+            let eng = dhal.h2t_eng_id(nc);
+            if started.insert(eng) {
+                let base = dhal.engine_base(eng).ok_or(NdmaError::InvalidNc { nc, ncs: dhal.ncs_per_device() })?;
+                mmio.write32(base + udma::regs::M2S_CHANGE_STATE, udma::regs::CHANGE_STATE_NORMAL);
+                mmio.write32(base + udma::regs::S2M_CHANGE_STATE, udma::regs::CHANGE_STATE_NORMAL);
+            }
+            rings.push(H2tRing::new(dhal, &*platform, mmio, nc)?);
+        }
+        let pool = MemPool::new(hw.hbm_base, hw.hbm_size, dhal.pci_host_base());
+        let memset_mc = pool.alloc_host(&*platform, MEMSET_HOST_BUF_SIZE, 0)?;
+        Ok(NeuronDevice {
+            index,
+            dhal,
+            platform,
+            bar0: hw.bar0,
+            rings,
+            pool,
+            memset_lock: Mutex::new(()),
+            memset_mc,
+            attached: Mutex::new(BTreeSet::new()),
+            resets: hw.resets,
+            registry,
+        })
+    }
+
+    /// The device's index in its system.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The device's DHAL.
+    pub fn dhal(&self) -> &'static dyn Dhal {
+        self.dhal
+    }
+
+    /// The platform the device runs on.
+    pub fn platform(&self) -> &Arc<dyn Platform> {
+        &self.platform
+    }
+
+    /// Allocates a host chunk owned by NC `nc`.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::NoMemory`].
+    pub fn alloc_host(&self, size: u64, nc: u32) -> Result<Arc<MemChunk>> {
+        self.pool.alloc_host(&*self.platform, size, nc)
+    }
+
+    /// Allocates a device (HBM) chunk owned by NC `nc`.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::NoMemory`].
+    pub fn alloc_device(&self, size: u64, nc: u32) -> Result<Arc<MemChunk>> {
+        self.pool.alloc_device(size, nc)
+    }
+
+    /// Attaches process `pid` (its host chunks become valid targets for user descriptors).
+    pub fn attach_process(&self, pid: u32) {
+        self.attached.lock().unwrap_or_else(|p| p.into_inner()).insert(pid);
+    }
+
+    /// Detaches process `pid`.
+    pub fn detach_process(&self, pid: u32) {
+        self.attached.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+    }
+
+    /// `npid_is_attached`: does any process have this device open?
+    pub fn has_attached_process(&self) -> bool {
+        !self.attached.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
+    pub(crate) fn ring(&self, nc: u32) -> Result<&H2tRing> {
+        self.rings.get(nc as usize).ok_or(NdmaError::InvalidNc { nc, ncs: self.rings.len() as u32 })
+    }
+
+    /// `(engine, queue)` of NC `nc`'s H2T ring.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::InvalidNc`].
+    pub fn h2t_queue(&self, nc: u32) -> Result<(u32, u32)> {
+        self.ring(nc).map(|r| (r.eng_id, r.qid))
+    }
+
+    /// Counters of NC `nc`'s H2T ring.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::InvalidNc`].
+    pub fn ring_stats(&self, nc: u32) -> Result<StatsSnapshot> {
+        self.ring(nc).map(|r| r.stats.snapshot())
+    }
+
+    /// Counters of every ring of the device, summed.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.rings.iter().fold(StatsSnapshot::default(), |acc, r| acc.merged(&r.stats.snapshot()))
+    }
+
+    /// The PA rule (`ndma_mc_to_pa`): host chunk → host PA | `pci_host_base`; device chunk → its PA.
+    pub fn mc_to_pa(&self, mc: &MemChunk) -> u64 {
+        match mc.host_buf() {
+            Some(buf) => buf.phys_addr() | self.dhal.pci_host_base(),
+            None => mc.pa(),
+        }
+    }
+}
+
+impl std::fmt::Debug for NeuronDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NeuronDevice").field("index", &self.index).field("arch", &self.dhal.arch()).finish()
+    }
+}
+
+/// `ndma_mc_pair_to_nc`: a device source wins; a host source uses the destination's NC (so host→host uses
+/// the destination's NC too).
+pub fn mc_pair_to_nc(src: &MemChunk, dst: &MemChunk) -> u32 {
+    if src.is_host() {
+        dst.nc_id()
+    } else {
+        src.nc_id()
+    }
+}

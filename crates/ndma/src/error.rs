@@ -1,0 +1,111 @@
+//! The op layer's error type. Every variant maps to the errno the C driver returns ([`NdmaError::errno`]).
+
+use udma::{errno, UdmaError};
+
+/// Everything an op-layer call can refuse or fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NdmaError {
+    /// A HAL call failed (its own errno: `-1`, `-ENOMEM`, `-EINVAL`).
+    #[error("UDMA: {0}")]
+    Udma(#[from] UdmaError),
+    /// An offset/size outside a memory chunk, or address arithmetic that overflows (`-EINVAL`).
+    #[error("{what}: offset {offset:#x} + size {size:#x} does not fit in {limit:#x} bytes")]
+    OutOfRange {
+        /// Which operand.
+        what: &'static str,
+        /// The offset or address.
+        offset: u64,
+        /// The byte count.
+        size: u64,
+        /// The chunk size (or address-space limit).
+        limit: u64,
+    },
+    /// A NeuronCore the device does not have (`-EINVAL`).
+    #[error("NeuronCore {nc} does not exist (device has {ncs})")]
+    InvalidNc {
+        /// The rejected NC.
+        nc: u32,
+        /// NCs on the device.
+        ncs: u32,
+    },
+    /// The completion marker did not appear within the DHAL budget (`-ETIMEDOUT`).
+    #[error("DMA timed out on engine {eng} queue {qid}: marker not seen after {polls} polls ({count} descriptors)")]
+    Timeout {
+        /// Engine id.
+        eng: u32,
+        /// Queue id.
+        qid: u32,
+        /// Descriptors in the batch, marker included.
+        count: u32,
+        /// Polls made.
+        polls: u64,
+    },
+    /// Host or device memory could not be allocated (`-ENOMEM`).
+    #[error("out of {what} memory allocating {size} bytes")]
+    NoMemory {
+        /// Host or device.
+        what: &'static str,
+        /// Bytes requested.
+        size: u64,
+    },
+    /// An async context handle outside NONE..ASYNC2 (`-EINVAL`).
+    #[error("invalid DMA context handle {0}")]
+    InvalidHandle(i32),
+    /// A handle whose context is not in use (`-EINVAL`).
+    #[error("DMA context {0} is not in use")]
+    ContextNotInUse(i32),
+    /// A handle whose context still holds an unwaited transfer (`-EBUSY`; the C driver would overwrite it).
+    #[error("DMA context {0} still holds a transfer nobody waited for")]
+    ContextInUse(i32),
+    /// An async request that does not fit one batch of 2031 descriptors (`-EINVAL`).
+    #[error("async DMA request of {size} bytes is too large (one batch holds at most {max} bytes)")]
+    AsyncTooLarge {
+        /// Bytes requested.
+        size: u64,
+        /// Largest async request.
+        max: u64,
+    },
+    /// `copy_descriptors` with a queue type other than TX (0) or RX (1) (`-1`).
+    #[error("invalid DMA queue type {0}")]
+    InvalidQueueType(u32),
+    /// `copy_descriptors` with a size that is not a whole number of 16-byte descriptors (`-EINVAL`).
+    #[error("descriptor buffer of {0} bytes is not a multiple of 16")]
+    PartialDescriptor(u64),
+    /// A user-authored descriptor points at host memory nobody allocated (`-EINVAL`).
+    #[error("descriptor {index} points at invalid host memory {pa:#x}")]
+    InvalidDescriptorAddress {
+        /// Index of the offending descriptor.
+        index: usize,
+        /// The address it carries.
+        pa: u64,
+    },
+    /// The V2 reset-window retry gave up after the bounded number of replays (`-ETIMEDOUT`).
+    #[error("DMA still hung after {replays} reset-window replays")]
+    RetryExhausted {
+        /// Replays made.
+        replays: u32,
+    },
+}
+
+impl NdmaError {
+    /// The negative errno the driver returns for this failure.
+    pub fn errno(&self) -> i32 {
+        match self {
+            NdmaError::Udma(e) => e.errno(),
+            NdmaError::Timeout { .. } | NdmaError::RetryExhausted { .. } => -errno::ETIMEDOUT,
+            NdmaError::NoMemory { .. } => -errno::ENOMEM,
+            NdmaError::ContextInUse(_) => -errno::EBUSY,
+            NdmaError::InvalidQueueType(_) => -errno::EPERM,
+            NdmaError::OutOfRange { .. }
+            | NdmaError::InvalidNc { .. }
+            | NdmaError::InvalidHandle(_)
+            | NdmaError::ContextNotInUse(_)
+            | NdmaError::AsyncTooLarge { .. }
+            | NdmaError::PartialDescriptor(_)
+            | NdmaError::InvalidDescriptorAddress { .. } => -errno::EINVAL,
+        }
+    }
+}
+
+/// Shorthand for op-layer results.
+pub type Result<T, E = NdmaError> = std::result::Result<T, E>;

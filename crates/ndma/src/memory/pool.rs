@@ -1,0 +1,91 @@
+//! The per-device memory pool: host chunks from the platform's coherent allocator, device chunks from the
+//! device's HBM range, and the "which chunk holds this PA" search `is_valid_host_mem` needs.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{MemChunk, MemLocation, RangeAllocator};
+use crate::{NdmaError, Platform, Result};
+
+/// Alignment of device chunks.
+const DEVICE_CHUNK_ALIGN: u64 = 256;
+
+pub(crate) struct PoolShared {
+    inner: Mutex<PoolInner>,
+}
+
+struct PoolInner {
+    /// Live host chunks: tagged PA → size.
+    host: BTreeMap<u64, u64>,
+    hbm: RangeAllocator,
+}
+
+impl PoolShared {
+    fn lock(&self) -> MutexGuard<'_, PoolInner> {
+        // A panic while holding this lock cannot leave the maps inconsistent (every update is a single
+        // insert/remove), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn release(&self, location: MemLocation, pa: u64, size: u64) {
+        let mut inner = self.lock();
+        match location {
+            MemLocation::Host => {
+                inner.host.remove(&pa);
+            }
+            MemLocation::Device => inner.hbm.free(pa, size),
+        }
+    }
+}
+
+/// One device's memory pool (`mpset`).
+pub struct MemPool {
+    shared: Arc<PoolShared>,
+    pci_host_base: u64,
+}
+
+impl MemPool {
+    /// A pool whose device chunks come from `[hbm_base, hbm_base + hbm_size)`.
+    pub fn new(hbm_base: u64, hbm_size: u64, pci_host_base: u64) -> Self {
+        let inner = PoolInner { host: BTreeMap::new(), hbm: RangeAllocator::new(hbm_base, hbm_size) };
+        MemPool { shared: Arc::new(PoolShared { inner: Mutex::new(inner) }), pci_host_base }
+    }
+
+    /// Allocates a host chunk of `size` bytes owned by NC `nc_id`.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::NoMemory`] when the platform cannot allocate it (or `size` is 0).
+    pub fn alloc_host(&self, platform: &dyn Platform, size: u64, nc_id: u32) -> Result<Arc<MemChunk>> {
+        let len = usize::try_from(size).ok().filter(|&l| l > 0).ok_or(NdmaError::NoMemory { what: "host", size })?;
+        let buf = platform.alloc_coherent(len)?;
+        let pa = buf.phys_addr() | self.pci_host_base;
+        self.shared.lock().host.insert(pa, size);
+        Ok(Arc::new(MemChunk::new(MemLocation::Host, pa, size, nc_id, Some(buf), self.shared.clone())))
+    }
+
+    /// Allocates a device (HBM) chunk of `size` bytes owned by NC `nc_id`.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::NoMemory`] when HBM has no free range that large (or `size` is 0).
+    pub fn alloc_device(&self, size: u64, nc_id: u32) -> Result<Arc<MemChunk>> {
+        let pa = self
+            .shared
+            .lock()
+            .hbm
+            .alloc(size, DEVICE_CHUNK_ALIGN)
+            .ok_or(NdmaError::NoMemory { what: "device", size })?;
+        Ok(Arc::new(MemChunk::new(MemLocation::Device, pa, size, nc_id, None, self.shared.clone())))
+    }
+
+    /// `mpset_search_mc` for host memory: is `[pa, pa + len)` inside one live host chunk of this pool?
+    /// (The driver checks only the start address; we also require the end to stay inside the chunk.)
+    pub fn holds_host_range(&self, pa: u64, len: u64) -> bool {
+        let inner = self.shared.lock();
+        match inner.host.range(..=pa).next_back() {
+            Some((&start, &size)) => pa.checked_add(len).is_some_and(|end| end <= start + size && pa < start + size),
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The host-to-tensor (H2T) ring of one NeuronCore: a UDMA queue pair whose rings live in host memory, the
+//! 24-byte completion buffer, the three classic contexts, and the ring lock (FACTS §3.3–§3.4).
+
+use std::sync::{Mutex, MutexGuard};
+
+use udma::{DmaMemory, M2mQueue, Mmio, Ring};
+
+use crate::context::{DmaContext, CTX_HANDLE_CNT};
+use crate::stats::RingStats;
+use crate::{Dhal, HostBuf, Platform, Result};
+
+/// Nominal H2T ring size the batch bound is derived from (`DMA_H2T_DESC_COUNT`).
+pub const DMA_H2T_DESC_COUNT: u32 = 4096;
+/// Descriptors actually allocated per H2T ring: 4096 + 16 rounded up to a power of two
+/// (`ndmar_ring_get_desc_count`).
+pub const H2T_RING_SIZE: u32 = (DMA_H2T_DESC_COUNT + udma::UDMA_MAX_NUM_CDESC_PER_CACHE_LINE).next_power_of_two();
+/// Bytes of the completion buffer: two u32 words per context handle.
+pub const H2T_COMPLETION_BUF_SIZE: usize = 4 * 2 * CTX_HANDLE_CNT;
+
+const _: () = assert!(H2T_RING_SIZE == 8192);
+const _: () = assert!(H2T_COMPLETION_BUF_SIZE == 24);
+
+/// Ring memory as the HAL sees it: a host DMA buffer.
+pub(crate) struct HostRing(pub HostBuf);
+
+// SAFETY: delegates to a `DmaMemory` whose own contract covers every method.
+unsafe impl DmaMemory for HostRing {
+    fn as_ptr(&self) -> *mut u8 {
+        self.0.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn phys_addr(&self) -> u64 {
+        self.0.phys_addr()
+    }
+}
+
+/// What the ring lock protects: the queue cursors and the contexts.
+pub(crate) struct RingInner {
+    pub queue: M2mQueue<HostRing>,
+    pub contexts: [DmaContext; CTX_HANDLE_CNT],
+}
+
+/// One NC's H2T ring.
+pub(crate) struct H2tRing {
+    pub nc: u32,
+    pub eng_id: u32,
+    pub qid: u32,
+    /// `h2t_ring_lock`: serialises staging, doorbells, polling and acks on this ring.
+    inner: Mutex<RingInner>,
+    /// The marker words: handle h uses bytes [8h, 8h + 8): +0 the marker source, +4 the poll slot.
+    pub completion: HostBuf,
+    /// Device address of `completion` (host PA | `pci_host_base`).
+    pub completion_dma: u64,
+    pub stats: RingStats,
+}
+
+impl H2tRing {
+    /// `ndmar_h2t_ring_alloc` + `ndmar_h2t_ring_init`: allocate the TX and RX rings and the completion
+    /// buffer in host memory and bring the queue up.
+    pub(crate) fn new(dhal: &dyn Dhal, platform: &dyn Platform, mmio: &dyn Mmio, nc: u32) -> Result<Self> {
+        let eng_id = dhal.h2t_eng_id(nc);
+        let qid = dhal.h2t_def_qid(nc);
+        let base = dhal.engine_base(eng_id).ok_or(udma::UdmaError::InvalidQueue {
+            qid,
+            num_queues: 0,
+            errno: udma::errno::EINVAL,
+        })?;
+        let ring_bytes = H2T_RING_SIZE as usize * core::mem::size_of::<udma::Desc>();
+        let host = dhal.pci_host_base();
+        let rx = platform.alloc_coherent(ring_bytes)?;
+        let tx = platform.alloc_coherent(ring_bytes)?;
+        let completion = platform.alloc_coherent(H2T_COMPLETION_BUF_SIZE)?;
+        let completion_dma = completion.phys_addr() | host;
+        let (tx_dma, rx_dma) = (tx.phys_addr() | host, rx.phys_addr() | host);
+        let queue = M2mQueue::init(
+            mmio,
+            base,
+            qid,
+            udma::DMA_MAX_Q,
+            Ring { mem: HostRing(tx), dma_addr: tx_dma },
+            Ring { mem: HostRing(rx), dma_addr: rx_dma },
+            H2T_RING_SIZE,
+            None,
+        )?;
+        tracing::debug!(nc, eng_id, qid, "H2T ring initialised");
+        Ok(H2tRing {
+            nc,
+            eng_id,
+            qid,
+            inner: Mutex::new(RingInner { queue, contexts: Default::default() }),
+            completion,
+            completion_dma,
+            stats: RingStats::default(),
+        })
+    }
+
+    /// Takes the ring lock.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, RingInner> {
+        // Every path that fails while holding the lock re-initialises the queue before returning, so a
+        // lock poisoned by a panic elsewhere still guards a consistent ring.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Byte offset of handle slot `slot`'s marker words inside the completion buffer.
+    pub(crate) const fn completion_slot(slot: usize) -> usize {
+        slot * 8
+    }
+}

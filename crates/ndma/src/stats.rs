@@ -1,0 +1,91 @@
+//! Per-ring counters (DESIGN §5). Relaxed atomics: they are statistics, ordered by nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Live counters of one H2T ring.
+#[derive(Debug, Default)]
+pub struct RingStats {
+    transfers: AtomicU64,
+    bytes: AtomicU64,
+    descriptors: AtomicU64,
+    batches: AtomicU64,
+    doorbells: AtomicU64,
+    polls: AtomicU64,
+    wait_us: AtomicU64,
+    timeouts: AtomicU64,
+    retries: AtomicU64,
+    replays: AtomicU64,
+    ring_resets: AtomicU64,
+}
+
+/// A snapshot of [`RingStats`]. A snapshot is not synchronisation: other threads may be counting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Completed copies (a memset counts its parts).
+    pub transfers: u64,
+    /// Bytes moved by completed batches.
+    pub bytes: u64,
+    /// Descriptor pairs staged, markers included.
+    pub descriptors: u64,
+    /// Batches triggered.
+    pub batches: u64,
+    /// Doorbell writes (RX and TX each count).
+    pub doorbells: u64,
+    /// Marker polls.
+    pub polls: u64,
+    /// Microseconds spent waiting for markers (platform clock).
+    pub wait_us: u64,
+    /// Waits that timed out.
+    pub timeouts: u64,
+    /// V2 reset-window retries.
+    pub retries: u64,
+    /// Contexts replayed by retries.
+    pub replays: u64,
+    /// Ring re-initialisations (retries and recoveries after a failure).
+    pub ring_resets: u64,
+}
+
+macro_rules! counters {
+    ($($field:ident => $add:ident),* $(,)?) => {
+        impl RingStats {
+            $(
+                pub(crate) fn $add(&self, n: u64) {
+                    self.$field.fetch_add(n, Relaxed);
+                }
+            )*
+
+            /// The counters now.
+            pub fn snapshot(&self) -> StatsSnapshot {
+                StatsSnapshot { $($field: self.$field.load(Relaxed)),* }
+            }
+        }
+
+        impl StatsSnapshot {
+            /// Field-wise sum.
+            pub fn merged(mut self, other: &StatsSnapshot) -> StatsSnapshot {
+                $(self.$field += other.$field;)*
+                self
+            }
+
+            /// Field-wise difference from an earlier snapshot.
+            pub fn since(mut self, earlier: &StatsSnapshot) -> StatsSnapshot {
+                $(self.$field = self.$field.wrapping_sub(earlier.$field);)*
+                self
+            }
+        }
+    };
+}
+
+counters! {
+    transfers => add_transfers,
+    bytes => add_bytes,
+    descriptors => add_descriptors,
+    batches => add_batches,
+    doorbells => add_doorbells,
+    polls => add_polls,
+    wait_us => add_wait_us,
+    timeouts => add_timeouts,
+    retries => add_retries,
+    replays => add_replays,
+    ring_resets => add_ring_resets,
+}

@@ -1,0 +1,67 @@
+//! A system of Neuron devices (one instance), and the device registry cross-device lookups use.
+
+use std::sync::{Arc, RwLock, Weak};
+
+use udma::Arch;
+
+use crate::device::{DeviceHw, NeuronDevice};
+use crate::{arch, Platform, Result};
+
+/// Every device of the system, by index, for `is_valid_host_mem`'s cross-device search.
+#[derive(Default)]
+pub(crate) struct Registry {
+    devices: RwLock<Vec<Weak<NeuronDevice>>>,
+}
+
+impl Registry {
+    pub(crate) fn get(&self, index: u32) -> Option<Arc<NeuronDevice>> {
+        self.devices.read().unwrap_or_else(|p| p.into_inner()).get(index as usize)?.upgrade()
+    }
+
+    pub(crate) fn len(&self) -> u32 {
+        self.devices.read().unwrap_or_else(|p| p.into_inner()).len() as u32
+    }
+}
+
+/// The Neuron devices of one machine.
+pub struct System {
+    arch: Arch,
+    devices: Vec<Arc<NeuronDevice>>,
+    _registry: Arc<Registry>,
+}
+
+impl System {
+    /// Brings up one device per entry of `hw`, all of generation `arch`.
+    ///
+    /// # Errors
+    ///
+    /// The first device bring-up failure.
+    pub fn new(arch: Arch, platform: Arc<dyn Platform>, hw: Vec<DeviceHw>) -> Result<System> {
+        let registry = Arc::new(Registry::default());
+        let dhal = arch::dhal(arch);
+        let devices = hw
+            .into_iter()
+            .enumerate()
+            .map(|(i, hw)| {
+                NeuronDevice::new(i as u32, dhal, platform.clone(), hw, Arc::downgrade(&registry)).map(Arc::new)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        *registry.devices.write().unwrap_or_else(|p| p.into_inner()) = devices.iter().map(Arc::downgrade).collect();
+        Ok(System { arch, devices, _registry: registry })
+    }
+
+    /// Device generation.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    /// Device `index`.
+    pub fn device(&self, index: u32) -> Option<&Arc<NeuronDevice>> {
+        self.devices.get(index as usize)
+    }
+
+    /// Every device.
+    pub fn devices(&self) -> &[Arc<NeuronDevice>] {
+        &self.devices
+    }
+}

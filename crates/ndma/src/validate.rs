@@ -1,0 +1,128 @@
+//! The validation surfaces (spec §6, FACTS §6): user-authored descriptor rings are validated before anything
+//! is copied, host addresses must belong to an attached process's chunk, and BAR0 writes that could ring a
+//! doorbell or repoint a ring are refused.
+
+use udma::{regs, Arch, Desc, Direction};
+use zerocopy::FromBytes;
+
+use crate::device::NeuronDevice;
+use crate::memory::MemChunk;
+use crate::{NdmaError, Result};
+
+/// `NEURON_DMA_QUEUE_TYPE_TX`.
+pub const NEURON_DMA_QUEUE_TYPE_TX: u32 = 0;
+/// `NEURON_DMA_QUEUE_TYPE_RX`.
+pub const NEURON_DMA_QUEUE_TYPE_RX: u32 = 1;
+
+impl NeuronDevice {
+    /// `ndma_is_valid_host_mem`: is `[pa, pa + len)` a host chunk of an attached process on this device, then
+    /// device −1, then +1, then every other device?
+    pub fn is_valid_host_mem(&self, pa: u64, len: u64) -> bool {
+        let Some(registry) = self.registry.upgrade() else {
+            return self.holds_valid_host_mem(pa, len);
+        };
+        let me = self.index;
+        let mut order = vec![me];
+        if me > 0 {
+            order.push(me - 1);
+        }
+        order.push(me + 1);
+        order.extend((0..registry.len()).filter(|&i| i != me && i + 1 != me && i != me + 1));
+        let found = order.into_iter().any(|i| match i == me {
+            true => self.holds_valid_host_mem(pa, len),
+            false => registry.get(i).is_some_and(|d| d.holds_valid_host_mem(pa, len)),
+        });
+        if !found {
+            tracing::error!(device = me, pa, "invalid host memory in DMA descriptor");
+        }
+        found
+    }
+
+    fn holds_valid_host_mem(&self, pa: u64, len: u64) -> bool {
+        self.has_attached_process() && self.pool.holds_host_range(pa, len)
+    }
+
+    /// `ndma_memcpy_dma_copy_descriptors`: validate every descriptor of `buf[src_off..src_off + size]` —
+    /// TX: `buf_ptr`, RX: `buf1_ptr`, each with its length — through the DHAL, **then** copy the bytes into
+    /// `dst_mc` at `dst_off` (CPU copy for a host chunk, DMA through a bounce buffer for a device chunk).
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::InvalidQueueType`] (`-1`) for a type other than TX/RX, [`NdmaError::PartialDescriptor`]
+    /// for a size that is not a multiple of 16, [`NdmaError::OutOfRange`], and
+    /// [`NdmaError::InvalidDescriptorAddress`] for the first descriptor that fails validation. Nothing is
+    /// copied on error.
+    pub fn copy_descriptors(
+        &self,
+        buf: &[u8],
+        src_off: u64,
+        dst_mc: &MemChunk,
+        dst_off: u64,
+        size: u64,
+        queue_type: u32,
+    ) -> Result<()> {
+        if queue_type != NEURON_DMA_QUEUE_TYPE_TX && queue_type != NEURON_DMA_QUEUE_TYPE_RX {
+            return Err(NdmaError::InvalidQueueType(queue_type));
+        }
+        if size % 16 != 0 {
+            return Err(NdmaError::PartialDescriptor(size));
+        }
+        let window = src_off
+            .checked_add(size)
+            .filter(|&end| end <= buf.len() as u64)
+            .map(|end| &buf[src_off as usize..end as usize])
+            .ok_or(NdmaError::OutOfRange {
+                what: "descriptor buffer",
+                offset: src_off,
+                size,
+                limit: buf.len() as u64,
+            })?;
+        dst_mc.check_range("descriptor destination", dst_off, size)?;
+        for index in 0..window.len() / 16 {
+            let at = index * 16;
+            let desc = Desc::read_from_bytes(&window[at..at + 16]).map_err(|_| NdmaError::PartialDescriptor(size))?;
+            let (pa, len) = match queue_type {
+                NEURON_DMA_QUEUE_TYPE_TX => (desc.tx().src, desc.tx().len_ctrl.len_bytes()),
+                _ => (desc.rx().dst, desc.rx().len_ctrl.len_bytes()),
+            };
+            if !self.dhal.validate_pa(pa, &|pa| self.is_valid_host_mem(pa, u64::from(len))) {
+                return Err(NdmaError::InvalidDescriptorAddress { index, pa });
+            }
+        }
+        if dst_mc.is_host() {
+            return dst_mc.write(dst_off, window);
+        }
+        let bounce = self.platform.alloc_coherent(window.len().max(1))?;
+        bounce.write_bytes(0, window)?;
+        self.memcpy_buf_to_mc(&*bounce, 0, dst_mc, dst_off, size)
+    }
+}
+
+/// `ndma_bar0_blocked_one_engine`, the driver's rule: is `off` exactly one of the blocked registers (ring
+/// bases, completion bases, doorbell) of any of the 16 queues, in either direction, of the engine at `base`?
+pub fn bar0_blocked_one_engine(base: u64, off: u64) -> bool {
+    [Direction::Tx, Direction::Rx].into_iter().any(|dir| {
+        (0..udma::DMA_MAX_Q).any(|q| regs::q::BLOCKED.iter().any(|reg| regs::queue_base(base, dir, q) + reg == off))
+    })
+}
+
+/// The hardened BAR0 gate: refuse a userspace write of `len` bytes at `off` if any byte of it overlaps a
+/// blocked register of any engine of the arch (the driver only refuses exact offsets).
+pub fn bar0_write_blocked(arch: Arch, off: u64, len: u64) -> bool {
+    let Some(end) = off.checked_add(len.max(1)) else {
+        return true;
+    };
+    (0..arch.num_engines()).filter_map(|e| arch.engine_base(e)).any(|base| {
+        if end <= base || off >= base + regs::ENGINE_REGS_SIZE {
+            return false;
+        }
+        [Direction::Tx, Direction::Rx].into_iter().any(|dir| {
+            (0..udma::DMA_MAX_Q).any(|q| {
+                regs::q::BLOCKED.iter().any(|reg| {
+                    let r = regs::queue_base(base, dir, q) + reg;
+                    off < r + 4 && r < end
+                })
+            })
+        })
+    })
+}
