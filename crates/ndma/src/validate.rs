@@ -126,3 +126,77 @@ pub fn bar0_write_blocked(arch: Arch, off: u64, len: u64) -> bool {
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked_registers(arch: Arch) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for eng in 0..arch.num_engines() {
+            let base = arch.engine_base(eng).unwrap();
+            for dir in [Direction::Tx, Direction::Rx] {
+                for q in 0..udma::DMA_MAX_Q {
+                    for reg in regs::q::BLOCKED {
+                        out.push((base, regs::queue_base(base, dir, q) + reg));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_blocked_register_of_every_engine_is_refused() {
+        for arch in Arch::ALL {
+            let all = blocked_registers(arch);
+            assert_eq!(all.len(), arch.num_engines() as usize * 2 * 16 * 5);
+            for (base, off) in all {
+                assert!(bar0_blocked_one_engine(base, off), "{arch}: {off:#x} exact");
+                assert!(bar0_write_blocked(arch, off, 4), "{arch}: {off:#x} 4 bytes");
+                // Hardened rule: a write overlapping the register's bytes is refused too.
+                assert!(bar0_write_blocked(arch, off - 2, 4), "{arch}: {off:#x} straddling start");
+                assert!(bar0_write_blocked(arch, off + 3, 1), "{arch}: {off:#x} last byte");
+                assert!(bar0_write_blocked(arch, off - 4, 8), "{arch}: {off:#x} 8-byte write");
+                // The driver's exact-offset rule misses the straddling write.
+                assert!(!bar0_blocked_one_engine(base, off + 2));
+            }
+        }
+    }
+
+    #[test]
+    fn allowed_offsets_pass() {
+        for arch in Arch::ALL {
+            for eng in [0, arch.num_engines() / 2, arch.num_engines() - 1] {
+                let base = arch.engine_base(eng).unwrap();
+                for dir in [Direction::Tx, Direction::Rx] {
+                    for q in [0, 7, 15] {
+                        let qb = regs::queue_base(base, dir, q);
+                        for reg in [
+                            regs::q::CFG,
+                            regs::q::STATUS,
+                            regs::q::DRL,
+                            regs::q::DRHP,
+                            regs::q::DRTP,
+                            regs::q::DCP,
+                            regs::q::CRHP,
+                        ] {
+                            assert!(!bar0_blocked_one_engine(base, qb + reg), "{arch} eng {eng}: {:#x}", qb + reg);
+                            assert!(!bar0_write_blocked(arch, qb + reg, 4), "{arch} eng {eng}: {:#x}", qb + reg);
+                        }
+                    }
+                }
+                assert!(!bar0_write_blocked(arch, base + regs::M2S_CHANGE_STATE, 4));
+            }
+            // Outside every engine block.
+            assert!(!bar0_write_blocked(arch, 0x10, 4));
+            // A write whose end overflows is refused.
+            assert!(bar0_write_blocked(arch, u64::MAX - 1, 4));
+        }
+        // The queue block base itself (desc_pref_cfg) and the register right after drtp_inc are allowed.
+        let base = Arch::V2.engine_base(32).unwrap();
+        assert!(!bar0_blocked_one_engine(base, base + 0x1000));
+        assert!(!bar0_blocked_one_engine(base, base + 0x1000 + regs::q::DRTP_INC + 4));
+        assert!(!bar0_write_blocked(Arch::V2, base + 0x1000 + regs::q::DRTP_INC + 4, 4));
+    }
+}
