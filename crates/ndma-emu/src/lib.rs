@@ -1,1 +1,45 @@
-//! placeholder
+//! `ndma-emu` — a software model of an AWS Neuron device and its Annapurna/Alpine UDMA engines, so the
+//! `udma` HAL and the `ndma` op layer run and are tested with no hardware (DESIGN §3).
+//!
+//! An [`EmuSystem`] owns one [`HostMemory`] (host DRAM) and N [`EmuDevice`]s. A device has its own HBM, a
+//! BAR0 register file (it implements [`udma::Mmio`]) and UDMA engines that learn about work only from
+//! descriptors in memory and doorbell writes, as silicon does. [`HostBuf`] implements [`udma::DmaMemory`].
+//!
+//! Map of the crate:
+//! - [`memory`]: a lazily committed physical memory space; [`host`], [`hbm`]: host DRAM and HBM;
+//! - `addr_map`: how an engine address selects host DRAM or HBM;
+//! - `bar0`: register decode and storage; `engine`: descriptor execution; `worker`: the threaded policy;
+//! - [`ordering`]: the fabric ordering model; [`faults`]: recorded faults and the fault plan;
+//! - [`system`]: configuration and the instance; [`stats`]: counters.
+#![warn(missing_docs)]
+
+mod addr_map;
+mod alloc;
+mod bar0;
+mod copy;
+mod device;
+mod engine;
+mod error;
+pub mod faults;
+pub mod hbm;
+pub mod host;
+mod lock;
+pub mod memory;
+pub mod ordering;
+pub mod stats;
+pub mod system;
+mod worker;
+
+pub use addr_map::Space;
+pub use bar0::engine_state;
+pub use device::EmuDevice;
+pub use error::EmuError;
+pub use faults::{
+    CorruptField, CorruptOutcome, CorruptionReport, DmaFault, FaultKind, FaultPlan, PlannedFault, QUEUE_STATUS_HALTED,
+};
+pub use hbm::{HbmRange, DEFAULT_HBM_SIZE_V2, DEFAULT_HBM_SIZE_V3, HBM_BASE};
+pub use host::{HostBuf, HostMemory, DEFAULT_HOST_DRAM_SIZE, HOST_DRAM_BASE};
+pub use memory::MemSpace;
+pub use ordering::OrderingMode;
+pub use stats::EngineStats;
+pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};

@@ -1,0 +1,105 @@
+//! Address decode as one device's engines see it (DESIGN §3): an address with the arch's host bits goes
+//! across PCIe to host DRAM at `addr & !pci_host_base`; anything else is this device's HBM. An address that
+//! decodes outside both is a DMA fault, never an access.
+
+use std::sync::Arc;
+
+use udma::Arch;
+
+use crate::hbm::Hbm;
+use crate::{HostMemory, MemSpace};
+
+/// Which physical space a decoded address lies in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Space {
+    /// Host DRAM (reached over PCIe).
+    Host,
+    /// The device's own HBM.
+    Hbm,
+}
+
+/// A decoded, bounds-checked location: a space and a byte offset inside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub(crate) space: Space,
+    pub(crate) off: usize,
+}
+
+impl Loc {
+    /// `[self, self + len)` and `[other, other + olen)` share a byte.
+    pub(crate) fn overlaps(self, len: usize, other: Loc, olen: usize) -> bool {
+        self.space == other.space && self.off < other.off + olen && other.off < self.off + len
+    }
+}
+
+/// One device's view of memory.
+#[derive(Debug)]
+pub(crate) struct AddrMap {
+    arch: Arch,
+    host: Arc<HostMemory>,
+    hbm: Arc<Hbm>,
+}
+
+impl AddrMap {
+    pub(crate) fn new(arch: Arch, host: Arc<HostMemory>, hbm: Arc<Hbm>) -> Self {
+        AddrMap { arch, host, hbm }
+    }
+
+    /// The space and physical address a device address selects.
+    pub(crate) fn route(&self, addr: u64) -> (Space, u64) {
+        if self.arch.is_host_addr(addr) {
+            (Space::Host, addr & !self.arch.pci_host_base())
+        } else {
+            (Space::Hbm, addr)
+        }
+    }
+
+    /// Decodes `[addr, addr + len)`, or `None` when any byte of it is outside memory.
+    pub(crate) fn decode(&self, addr: u64, len: u64) -> Option<Loc> {
+        let (space, pa) = self.route(addr);
+        let off = self.space(space).offset_of(pa, len)?;
+        Some(Loc { space, off })
+    }
+
+    pub(crate) fn space(&self, s: Space) -> &MemSpace {
+        match s {
+            Space::Host => self.host.space(),
+            Space::Hbm => &self.hbm.space,
+        }
+    }
+
+    /// CPU pointer of a decoded location.
+    pub(crate) fn ptr(&self, loc: Loc) -> *mut u8 {
+        // SAFETY: every `Loc` is built by `decode`, whose offset `offset_of` checked against the space.
+        unsafe { self.space(loc.space).at(loc.off) }
+    }
+
+    pub(crate) fn hbm(&self) -> &Hbm {
+        &self.hbm
+    }
+    pub(crate) fn host(&self) -> &Arc<HostMemory> {
+        &self.host
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{HBM_BASE, HOST_DRAM_BASE};
+
+    #[test]
+    fn host_bits_select_host_dram() {
+        let host = Arc::new(HostMemory::new(1 << 20).unwrap());
+        let hbm = Arc::new(Hbm::new(1 << 20).unwrap());
+        for arch in Arch::ALL {
+            let m = AddrMap::new(arch, host.clone(), hbm.clone());
+            let h = arch.pci_host_base() | HOST_DRAM_BASE;
+            assert_eq!(m.decode(h + 16, 16), Some(Loc { space: Space::Host, off: 16 }));
+            assert_eq!(m.decode(HBM_BASE + 32, 16), Some(Loc { space: Space::Hbm, off: 32 }));
+            assert_eq!(m.decode(0, 4), None, "PA 0 is a wild pointer");
+            assert_eq!(m.decode(HOST_DRAM_BASE, 4), None, "a host PA without pci_host_base is not host memory");
+            assert_eq!(m.decode(h + (1 << 20) - 4, 8), None);
+            assert_eq!(m.decode(u64::MAX, 8), None);
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! How an engine writes a destination: one memmove, with the last aligned word of a host destination stored
+//! with `Release` so a CPU that acquire-loads it (the completion marker) sees every earlier engine write.
+
+use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::addr_map::{AddrMap, Loc, Space};
+
+/// One copy the engine performs: `len` bytes from `src` to `dst`, both decoded and bounds-checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Copy {
+    pub(crate) src: Loc,
+    pub(crate) dst: Loc,
+    pub(crate) len: usize,
+}
+
+impl Copy {
+    /// The copy that does `self` then `next`, if they are contiguous on both sides and doing them as one
+    /// memmove is indistinguishable from doing them in turn (no byte of either destination is a source).
+    pub(crate) fn merged(&self, next: &Copy) -> Option<Copy> {
+        let contiguous = self.src.space == next.src.space
+            && self.dst.space == next.dst.space
+            && self.src.off + self.len == next.src.off
+            && self.dst.off + self.len == next.dst.off;
+        let len = self.len + next.len;
+        (contiguous && !self.src.overlaps(len, self.dst, len)).then_some(Copy { src: self.src, dst: self.dst, len })
+    }
+
+    /// Performs the copy now.
+    pub(crate) fn perform(&self, map: &AddrMap) {
+        let src = map.ptr(self.src);
+        let dst = map.ptr(self.dst);
+        let len = self.len;
+        let end = dst as usize + len;
+        if self.dst.space == Space::Host && len >= 4 && end % 4 == 0 {
+            // SAFETY: `src`/`dst` come from `AddrMap::decode` for `len` bytes, so `[src, src + len)` and
+            // `[dst, dst + len)` are inside their mappings. The last source word is read first so the result
+            // equals one memmove even when the ranges overlap; `ptr::copy` tolerates overlap; the last
+            // destination word is 4-byte aligned (checked) and stays inside the mapping, which lives as
+            // long as `map`.
+            unsafe {
+                let last = ptr::read_unaligned(src.add(len - 4) as *const u32);
+                ptr::copy(src, dst, len - 4);
+                // Release orders every earlier engine write (this copy's body, earlier descriptors, drained
+                // posted writes) before the final word: a CPU that acquire-loads it — the marker poll — sees
+                // all of them.
+                AtomicU32::from_ptr(dst.add(len - 4) as *mut u32).store(last, Ordering::Release);
+            }
+        } else {
+            // SAFETY: as above; both ranges are inside their mappings and `ptr::copy` tolerates overlap.
+            unsafe { ptr::copy(src, dst, len) };
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! One emulated Neuron device: its HBM, its engines and their BAR0 register file, its fault log and plan.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use udma::{regs, Arch, Direction, Mmio};
+
+use crate::addr_map::AddrMap;
+use crate::bar0::{dir_index, Bar0Map, Target};
+use crate::engine::Engine;
+use crate::faults::{CorruptionReport, DmaFault, FaultPlan};
+use crate::hbm::{Hbm, HbmRange};
+use crate::lock::lock;
+use crate::ordering::OrderingMode;
+use crate::stats::EngineStats;
+use crate::system::ExecPolicy;
+use crate::{EmuError, HostMemory, MemSpace};
+
+/// What the engines and their workers share.
+#[derive(Debug)]
+pub(crate) struct DeviceCore {
+    pub(crate) index: usize,
+    pub(crate) map: AddrMap,
+    pub(crate) exec: ExecPolicy,
+    pub(crate) ordering: OrderingMode,
+    pub(crate) engines: Vec<Engine>,
+    pub(crate) faults: Mutex<Vec<DmaFault>>,
+    pub(crate) corruptions: Mutex<Vec<CorruptionReport>>,
+    pub(crate) plan: FaultPlan,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl DeviceCore {
+    fn shutdown(&self) {
+        let handles = {
+            let mut w = lock(&self.workers);
+            // Release pairs with the workers' Acquire loads; set under the workers lock so no worker is
+            // spawned after the list is taken (see `worker::ensure`).
+            self.shutdown.store(true, Ordering::Release);
+            std::mem::take(&mut *w)
+        };
+        for e in &self.engines {
+            if let Some(t) = e.worker.get() {
+                t.unpark();
+            }
+        }
+        for h in handles {
+            if h.join().is_err() {
+                tracing::error!(device = self.index, "an engine worker panicked");
+            }
+        }
+    }
+}
+
+/// One emulated device. Implements [`udma::Mmio`] for its BAR0.
+#[derive(Debug)]
+pub struct EmuDevice {
+    core: Arc<DeviceCore>,
+    bar0: Bar0Map,
+    arch: Arch,
+}
+
+impl EmuDevice {
+    pub(crate) fn new(
+        index: usize,
+        arch: Arch,
+        host: Arc<HostMemory>,
+        hbm_size: u64,
+        exec: ExecPolicy,
+        ordering: OrderingMode,
+        seed: u64,
+    ) -> Result<Self, EmuError> {
+        let hbm = Arc::new(Hbm::new(hbm_size)?);
+        let core = DeviceCore {
+            index,
+            map: AddrMap::new(arch, host, hbm),
+            exec,
+            ordering,
+            engines: (0..arch.num_engines()).map(Engine::new).collect(),
+            faults: Mutex::new(Vec::new()),
+            corruptions: Mutex::new(Vec::new()),
+            plan: FaultPlan::new(seed),
+            shutdown: AtomicBool::new(false),
+            workers: Mutex::new(Vec::new()),
+        };
+        Ok(EmuDevice { core: Arc::new(core), bar0: Bar0Map::new(arch), arch })
+    }
+
+    /// Stops and joins this device's engine workers. Later doorbells execute inline on the caller's thread.
+    pub fn shutdown(&self) {
+        self.core.shutdown();
+    }
+
+    /// Index in the system.
+    pub fn index(&self) -> usize {
+        self.core.index
+    }
+    /// Device generation.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+    /// Execution policy.
+    pub fn exec_policy(&self) -> ExecPolicy {
+        self.core.exec
+    }
+    /// Fabric ordering mode.
+    pub fn ordering(&self) -> OrderingMode {
+        self.core.ordering
+    }
+    /// The system's host DRAM.
+    pub fn host(&self) -> &Arc<HostMemory> {
+        self.core.map.host()
+    }
+    /// This device's HBM space (physical-address access).
+    pub fn hbm(&self) -> &MemSpace {
+        &self.core.map.hbm().space
+    }
+
+    /// Allocates `len` bytes of HBM aligned to `align` (at least 64).
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::InvalidAlloc`] for `len == 0` or a non-power-of-two `align`; [`EmuError::OutOfMemory`].
+    pub fn alloc_hbm(&self, len: u64, align: u64) -> Result<HbmRange, EmuError> {
+        self.core.map.hbm().alloc(len, align)
+    }
+
+    /// Returns a range from [`EmuDevice::alloc_hbm`].
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::BadFree`] for a range that is not a live allocation.
+    pub fn free_hbm(&self, range: HbmRange) -> Result<(), EmuError> {
+        self.core.map.hbm().free(range)
+    }
+
+    /// Reads HBM at physical address `pa`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] outside HBM.
+    pub fn hbm_read(&self, pa: u64, dst: &mut [u8]) -> Result<(), EmuError> {
+        self.hbm().read(pa, dst)
+    }
+    /// Writes HBM at physical address `pa`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] outside HBM.
+    pub fn hbm_write(&self, pa: u64, src: &[u8]) -> Result<(), EmuError> {
+        self.hbm().write(pa, src)
+    }
+    /// Fills `len` bytes of HBM at `pa` with `byte`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] outside HBM.
+    pub fn hbm_fill(&self, pa: u64, len: u64, byte: u8) -> Result<(), EmuError> {
+        self.hbm().fill(pa, len, byte)
+    }
+
+    /// Faults recorded so far, oldest first.
+    pub fn faults(&self) -> Vec<DmaFault> {
+        lock(&self.core.faults).clone()
+    }
+    /// Removes and returns the recorded faults.
+    pub fn take_faults(&self) -> Vec<DmaFault> {
+        std::mem::take(&mut *lock(&self.core.faults))
+    }
+    /// Forgets the recorded faults.
+    pub fn clear_faults(&self) {
+        lock(&self.core.faults).clear();
+    }
+    /// Corruptions injected by the fault plan, with their outcomes.
+    pub fn corruptions(&self) -> Vec<CorruptionReport> {
+        lock(&self.core.corruptions).clone()
+    }
+    /// The device's fault plan.
+    pub fn fault_plan(&self) -> &FaultPlan {
+        &self.core.plan
+    }
+
+    fn engine(&self, eng: u32) -> Result<&Engine, EmuError> {
+        self.core
+            .engines
+            .get(eng as usize)
+            .ok_or(EmuError::NoSuchEngine { engine: eng, num_engines: self.arch.num_engines() })
+    }
+
+    /// Counters of engine `eng`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::NoSuchEngine`].
+    pub fn engine_stats(&self, eng: u32) -> Result<EngineStats, EmuError> {
+        Ok(self.engine(eng)?.stats.snapshot())
+    }
+
+    /// True while queue pair (`eng`, `qid`) is halted by a fault (until `RST_Q`).
+    pub fn is_halted(&self, eng: u32, qid: u32) -> bool {
+        self.pair_flag(eng, qid, |p| p.halted)
+    }
+    /// True while queue pair (`eng`, `qid`) is hung by the fault plan (until `RST_Q`).
+    pub fn is_hung(&self, eng: u32, qid: u32) -> bool {
+        self.pair_flag(eng, qid, |p| p.hung)
+    }
+    fn pair_flag(&self, eng: u32, qid: u32, f: impl Fn(&crate::bar0::PairState) -> bool) -> bool {
+        self.engine(eng).ok().and_then(|e| lock(&e.regs).pairs.get(qid as usize).map(&f)).unwrap_or(false)
+    }
+
+    /// Descriptors handed to the ring `dir` of (`eng`, `qid`) and not yet executed.
+    pub fn pending(&self, eng: u32, qid: u32, dir: Direction) -> u32 {
+        self.engine(eng)
+            .ok()
+            .and_then(|e| lock(&e.regs).queues.get(qid as usize).map(|q| q[dir_index(dir)].pending))
+            .unwrap_or(0)
+    }
+
+    /// Posted (not yet landed) HBM writes on engine `eng`, after merging contiguous ones.
+    pub fn posted_writes(&self, eng: u32) -> usize {
+        self.engine(eng).map_or(0, Engine::posted_len)
+    }
+
+    /// Lets every engine's posted writes land (waiting for in-flight batches).
+    pub fn flush_posted_writes(&self) {
+        for e in &self.core.engines {
+            let mut exec = lock(&e.exec);
+            e.drain(&self.core, &mut exec);
+        }
+    }
+}
+
+impl Mmio for EmuDevice {
+    fn read32(&self, offset: u64) -> u32 {
+        let Some(t) = self.bar0.decode(offset) else { return 0 };
+        match t {
+            Target::State { eng, dir } => self.engine(eng).map_or(0, |e| lock(&e.regs).state[dir_index(dir)]),
+            Target::ChangeState { .. } => 0,
+            Target::Queue { eng, dir, qid, reg } => {
+                self.engine(eng).map_or(0, |e| lock(&e.regs).queues[qid as usize][dir_index(dir)].read(dir, reg))
+            }
+        }
+    }
+
+    fn write32(&self, offset: u64, value: u32) {
+        let Some(t) = self.bar0.decode(offset) else { return };
+        match t {
+            Target::State { .. } => {}
+            Target::ChangeState { eng, dir } => {
+                if let Ok(e) = self.engine(eng) {
+                    e.change_state(&self.core, dir, value);
+                }
+            }
+            Target::Queue { eng, dir, qid, reg } => {
+                let Ok(e) = self.engine(eng) else { return };
+                let q = qid as usize;
+                if reg == regs::q::DRTP_INC {
+                    e.doorbell(&self.core, dir, q, value);
+                } else if reg == regs::q_sw_ctrl(dir) {
+                    e.sw_ctrl(&self.core, dir, q, value);
+                } else {
+                    let stored = lock(&e.regs).queues[q][dir_index(dir)].write_plain(dir, reg, value);
+                    if stored && reg == regs::q::CFG {
+                        e.wake_if_runnable(&self.core);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for EmuDevice {
+    fn drop(&mut self) {
+        self.core.shutdown();
+    }
+}

@@ -1,0 +1,434 @@
+//! One UDMA engine executing M2M queue pairs (DESIGN §3): queue q's M2S (TX) and S2M (RX) rings move in
+//! lock-step, one descriptor pair at a time, in ring order.
+//!
+//! # Locks
+//!
+//! - `regs` (short): the register file and the cursors. Doorbells take only this lock.
+//! - `exec` (held while a batch of descriptor pairs executes): the posted-write list and throttle state.
+//!   `RST_Q` takes it first, so a reset waits for the in-flight batch and the engine never touches the old
+//!   work again once the register write returns. Order: `exec` before `regs`.
+//!
+//! # Doorbell ordering
+//!
+//! The HAL stores descriptors, issues a `Release` fence and writes `drtp_inc`. That write takes `regs`; the
+//! engine takes `regs` again before fetching, so the mutex's release/acquire pair carries the descriptor
+//! stores to the fetch.
+
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use udma::{regs, Desc, Direction};
+
+use crate::addr_map::Space;
+use crate::bar0::{dir_index, engine_state, EngineRegs, PairState};
+use crate::copy::Copy;
+use crate::device::DeviceCore;
+use crate::faults::{CorruptField, CorruptOutcome, CorruptionReport, DmaFault, FaultKind};
+use crate::lock::lock;
+use crate::ordering::{OrderingMode, PostedWrites};
+use crate::stats::EngineCounters;
+use crate::system::ExecPolicy;
+
+/// Most descriptor pairs one batch fetches before releasing the exec lock (bounds how long a reset waits).
+const MAX_BATCH: u32 = 64;
+
+/// A ring cursor as the engine walks it.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    base: u64,
+    len: u32,
+    head: u32,
+    phase: u8,
+}
+
+impl Cursor {
+    fn slot_addr(&self) -> u64 {
+        self.base.wrapping_add(u64::from(self.head) * core::mem::size_of::<Desc>() as u64)
+    }
+
+    /// Mirrors the HAL's `take_slot`: the phase advances mod 4 when the head wraps to slot 0.
+    fn advance(&mut self) {
+        self.head = (self.head + 1) % self.len;
+        if self.head == 0 {
+            self.phase = (self.phase + 1) & udma::DMA_RING_ID_MASK;
+        }
+    }
+}
+
+/// One fetched, checked descriptor pair.
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    copy: Copy,
+    descs: u64,
+    /// TX DMB or RX SOW: posted writes drain before it.
+    drain_before: bool,
+    /// TX meta WRITE_BARRIER: posted writes (its own included) drain right after it.
+    write_barrier: bool,
+}
+
+/// State owned by whoever executes: guarded by the exec lock.
+#[derive(Debug, Default)]
+pub(crate) struct ExecState {
+    pub(crate) posted: PostedWrites,
+    /// When the bandwidth throttle lets the next copy finish.
+    next_free: Option<Instant>,
+    scratch: Vec<Op>,
+}
+
+/// One engine.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) id: u32,
+    pub(crate) exec: Mutex<ExecState>,
+    pub(crate) regs: Mutex<EngineRegs>,
+    /// Bumped by every doorbell so an idle worker notices new work.
+    pub(crate) kick: AtomicU64,
+    pub(crate) worker: OnceLock<Thread>,
+    pub(crate) stats: EngineCounters,
+}
+
+fn wait_until(deadline: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let left = deadline - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(100));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(id: u32) -> Self {
+        Engine {
+            id,
+            exec: Mutex::new(ExecState::default()),
+            regs: Mutex::new(EngineRegs::default()),
+            kick: AtomicU64::new(0),
+            worker: OnceLock::new(),
+            stats: EngineCounters::default(),
+        }
+    }
+
+    /// A doorbell: hand `count` more descriptors of ring `dir` of queue `qid` to the engine.
+    pub(crate) fn doorbell(&self, dev: &Arc<DeviceCore>, dir: Direction, qid: usize, count: u32) {
+        EngineCounters::add(&self.stats.doorbells, 1);
+        let rejected = {
+            let mut r = lock(&self.regs);
+            let q = &mut r.queues[qid][dir_index(dir)];
+            let ring_len = q.ring_len();
+            if count == 0 || count > ring_len || q.pending + count > ring_len {
+                Some((FaultKind::BadDoorbell { dir, count, ring_len, pending: q.pending }, r.heads(qid)))
+            } else {
+                let end = q.tail + count;
+                q.tail = end % ring_len;
+                if end >= ring_len {
+                    q.tail_phase = (q.tail_phase + 1) & udma::DMA_RING_ID_MASK;
+                }
+                q.pending += count;
+                None
+            }
+        };
+        match rejected {
+            Some((kind, (m2s_head, s2m_head))) => {
+                tracing::warn!(engine = self.id, qid, ?kind, "doorbell ignored");
+                self.record(dev, DmaFault { engine: self.id, qid: qid as u32, kind, m2s_head, s2m_head });
+            }
+            None => self.wake(dev),
+        }
+    }
+
+    /// `q_sw_ctrl` write: `RST_Q` resets the queue synchronously (see the module doc).
+    pub(crate) fn sw_ctrl(&self, dev: &DeviceCore, dir: Direction, qid: usize, value: u32) {
+        if value & regs::Q_SW_CTRL_RST_Q == 0 {
+            lock(&self.regs).queues[qid][dir_index(dir)].q_sw_ctrl = value;
+            return;
+        }
+        let mut exec = lock(&self.exec);
+        self.drain(dev, &mut exec);
+        let mut r = lock(&self.regs);
+        let d = dir_index(dir);
+        r.queues[qid][d].reset_pointers();
+        r.queues[qid][d].q_sw_ctrl = value & !regs::Q_SW_CTRL_RST_Q;
+        r.queues[qid][1 - d].status = 0;
+        r.pairs[qid] = PairState::default();
+    }
+
+    /// `change_state` write.
+    pub(crate) fn change_state(&self, dev: &Arc<DeviceCore>, dir: Direction, value: u32) {
+        {
+            let mut r = lock(&self.regs);
+            let s = &mut r.state[dir_index(dir)];
+            if value & regs::CHANGE_STATE_ABORT != 0 {
+                *s = engine_state::ABORT;
+            } else if value & regs::CHANGE_STATE_DIS != 0 {
+                *s = engine_state::DISABLE;
+            } else if value & regs::CHANGE_STATE_NORMAL != 0 {
+                *s = engine_state::NORMAL;
+            }
+        }
+        self.wake_if_runnable(dev);
+    }
+
+    /// After a write that may have made a queue runnable (enable, state change): start executing.
+    pub(crate) fn wake_if_runnable(&self, dev: &Arc<DeviceCore>) {
+        let any = {
+            let r = lock(&self.regs);
+            (0..r.queues.len()).any(|q| r.runnable(q))
+        };
+        if any {
+            self.wake(dev);
+        }
+    }
+
+    fn wake(&self, dev: &Arc<DeviceCore>) {
+        match dev.exec {
+            ExecPolicy::Inline => self.run_until_idle(dev),
+            ExecPolicy::Threaded => match crate::worker::ensure(dev, self.id) {
+                Some(t) => {
+                    // Release pairs with the worker's Acquire load: a worker that sees the new count also
+                    // sees the register update made before it (also ordered by the regs mutex).
+                    self.kick.fetch_add(1, Ordering::Release);
+                    t.unpark();
+                }
+                // No worker (shutting down, or the OS refused a thread): execute here rather than lose work.
+                None => self.run_until_idle(dev),
+            },
+        }
+    }
+
+    /// Executes until nothing is runnable; in Relaxed mode, then lets posted writes land.
+    pub(crate) fn run_until_idle(&self, dev: &DeviceCore) {
+        while self.step(dev) {}
+        if dev.ordering == OrderingMode::Relaxed {
+            let mut exec = lock(&self.exec);
+            self.drain(dev, &mut exec);
+        }
+    }
+
+    pub(crate) fn drain(&self, dev: &DeviceCore, exec: &mut ExecState) {
+        if !exec.posted.is_empty() {
+            EngineCounters::add(&self.stats.drains, 1);
+            exec.posted.drain(&dev.map);
+        }
+    }
+
+    fn record(&self, dev: &DeviceCore, f: DmaFault) {
+        EngineCounters::add(&self.stats.faults, 1);
+        lock(&dev.faults).push(f);
+    }
+
+    /// Executes one batch of descriptor pairs of one runnable queue pair. Returns false when nothing is
+    /// runnable.
+    fn step(&self, dev: &DeviceCore) -> bool {
+        let mut exec = lock(&self.exec);
+        let plan_active = dev.plan.is_active();
+        let (qid, mut tx, mut rx, budget) = {
+            let mut r = lock(&self.regs);
+            let Some(qid) = r.pick() else { return false };
+            if plan_active && dev.plan.take_hang(self.id, qid as u32) {
+                tracing::debug!(engine = self.id, qid, "queue hung by the fault plan");
+                r.pairs[qid].hung = true;
+                return true;
+            }
+            let [t, x] = r.queues[qid];
+            let cursor = |q: &crate::bar0::QueueRegs| Cursor {
+                base: q.ring_base(),
+                len: q.ring_len(),
+                head: q.head,
+                phase: q.head_phase,
+            };
+            // With a plan, one pair per batch: delays and corruption apply per descriptor.
+            let budget = t.pending.min(x.pending).min(if plan_active { 1 } else { MAX_BATCH });
+            (qid, cursor(&t), cursor(&x), budget)
+        };
+
+        let mut ops = std::mem::take(&mut exec.scratch);
+        ops.clear();
+        let mut fault = None;
+        let mut corruption = None;
+        for _ in 0..budget {
+            match self.fetch_pair(dev, qid, &tx, &rx, &mut corruption) {
+                Ok(op) => {
+                    ops.push(op);
+                    tx.advance();
+                    rx.advance();
+                }
+                Err(kind) => {
+                    fault = Some(kind);
+                    break;
+                }
+            }
+        }
+        let done = ops.len() as u32;
+        let bytes = self.execute(dev, &mut exec, &ops);
+        ops.clear();
+        exec.scratch = ops;
+
+        {
+            let mut r = lock(&self.regs);
+            for (d, c) in [(0, tx), (1, rx)] {
+                let q = &mut r.queues[qid][d];
+                q.head = c.head;
+                q.head_phase = c.phase;
+                // Only doorbells ran concurrently (a reset needs the exec lock we hold): pending only grew.
+                q.pending -= done;
+                if let Some(kind) = fault {
+                    q.status = kind.status_code();
+                }
+            }
+            if fault.is_some() {
+                r.pairs[qid].halted = true;
+            }
+        }
+        drop(exec);
+        EngineCounters::add(&self.stats.descriptors, u64::from(done));
+        EngineCounters::add(&self.stats.bytes, bytes);
+        if let Some(kind) = fault {
+            tracing::warn!(engine = self.id, qid, ?kind, m2s_head = tx.head, s2m_head = rx.head, "queue halted");
+            self.record(dev, DmaFault { engine: self.id, qid: qid as u32, kind, m2s_head: tx.head, s2m_head: rx.head });
+        }
+        if let Some(mut c) = corruption {
+            c.outcome = fault.map_or(CorruptOutcome::Benign, CorruptOutcome::Fault);
+            lock(&dev.corruptions).push(c);
+        }
+        true
+    }
+
+    fn fetch_desc(dev: &DeviceCore, c: &Cursor) -> Result<Desc, FaultKind> {
+        let addr = c.slot_addr();
+        let loc = dev.map.decode(addr, 16).ok_or(FaultKind::BadAddress { addr, len: 16 })?;
+        // SAFETY: `decode` checked that 16 bytes at `loc` lie inside the space; the read is unaligned-safe.
+        // Racing CPU stores to a slot the engine owns would be a protocol bug, caught by the phase check.
+        let raw: [u8; 16] = unsafe { ptr::read_unaligned(dev.map.ptr(loc) as *const [u8; 16]) };
+        let word = |i: usize| u32::from_le_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
+        let buf = u64::from(word(8)) | (u64::from(word(12)) << 32);
+        Ok(Desc::from_words(word(0), word(4), buf))
+    }
+
+    fn fetch_pair(
+        &self,
+        dev: &DeviceCore,
+        qid: usize,
+        tx: &Cursor,
+        rx: &Cursor,
+        corruption: &mut Option<CorruptionReport>,
+    ) -> Result<Op, FaultKind> {
+        let mut td = Self::fetch_desc(dev, tx)?;
+        let mut rd = Self::fetch_desc(dev, rx)?;
+        if let Some(c) = dev.plan.on_fetch(self.id, qid as u32) {
+            let (d, slot) = match c.dir {
+                Direction::Tx => (&mut td, tx.head),
+                Direction::Rx => (&mut rd, rx.head),
+            };
+            *d = match c.field {
+                CorruptField::RingId | CorruptField::Length => {
+                    Desc::from_words(d.len_ctrl().into_bits() ^ (1 << c.bit), d.word1(), d.buf_ptr())
+                }
+                CorruptField::Address => {
+                    Desc::from_words(d.len_ctrl().into_bits(), d.word1(), d.buf_ptr() ^ (1 << c.bit))
+                }
+            };
+            *corruption = Some(CorruptionReport {
+                engine: self.id,
+                qid: qid as u32,
+                dir: c.dir,
+                slot,
+                field: c.field,
+                bit: c.bit,
+                outcome: CorruptOutcome::Benign,
+            });
+        }
+        let (t, r) = (td.tx(), rd.rx());
+        for (dir, cur, found) in [(Direction::Tx, tx, t.len_ctrl.ring_id()), (Direction::Rx, rx, r.len_ctrl.ring_id())]
+        {
+            if found != cur.phase {
+                return Err(FaultKind::PhaseMismatch { dir, expected: cur.phase, found });
+            }
+        }
+        let (tl, rl) = (t.len_ctrl.len_bytes(), r.len_ctrl.len_bytes());
+        if tl != rl {
+            return Err(FaultKind::LengthMismatch { tx: tl, rx: rl });
+        }
+        let src = dev.map.decode(t.src, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: t.src, len: tl })?;
+        let dst = dev.map.decode(r.dst, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: r.dst, len: tl })?;
+        Ok(Op {
+            copy: Copy { src, dst, len: tl as usize },
+            descs: 1,
+            drain_before: t.len_ctrl.dmb() || r.len_ctrl.sow(),
+            write_barrier: t.meta_ctrl.write_barrier(),
+        })
+    }
+
+    /// Performs a batch under the ordering model; returns the bytes moved.
+    fn execute(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op]) -> u64 {
+        let delay_us = dev.plan.delay_us(self.id);
+        let rate = dev.plan.bandwidth(self.id);
+        let posts = dev.ordering.posts_hbm_writes();
+        let mut bytes = 0;
+        let mut i = 0;
+        while i < ops.len() {
+            let mut op = ops[i];
+            i += 1;
+            // Merge contiguous descriptors into one memmove unless a barrier sits between them.
+            while i < ops.len() && !op.write_barrier && !ops[i].drain_before {
+                let Some(m) = op.copy.merged(&ops[i].copy) else { break };
+                op = Op {
+                    copy: m,
+                    descs: op.descs + 1,
+                    drain_before: op.drain_before,
+                    write_barrier: ops[i].write_barrier,
+                };
+                i += 1;
+            }
+            if op.drain_before {
+                self.drain(dev, exec);
+            }
+            if delay_us > 0 {
+                wait_until(Instant::now() + Duration::from_micros(delay_us.saturating_mul(op.descs)));
+            }
+            let start = Instant::now();
+            if posts && op.copy.dst.space == Space::Hbm {
+                exec.posted.post(op.copy);
+            } else {
+                if !exec.posted.is_empty() && exec.posted.conflicts(&op.copy) {
+                    self.drain(dev, exec);
+                }
+                op.copy.perform(&dev.map);
+            }
+            EngineCounters::add(&self.stats.copies, 1);
+            if op.write_barrier {
+                self.drain(dev, exec);
+            }
+            if let Some(rate) = rate {
+                // Token bucket of depth one copy: this copy "finishes" len/rate after the later of now and
+                // the previous copy's finish; the engine waits for that before going on.
+                let begin = exec.next_free.filter(|t| *t > start).unwrap_or(start);
+                let finish = begin + Duration::from_secs_f64(op.copy.len as f64 / rate as f64);
+                exec.next_free = Some(finish);
+                wait_until(finish);
+            }
+            bytes += op.copy.len as u64;
+        }
+        bytes
+    }
+
+    /// Posted writes waiting on this engine.
+    pub(crate) fn posted_len(&self) -> usize {
+        lock(&self.exec).posted.len()
+    }
+}
+
+impl EngineRegs {
+    /// (M2S head, S2M head) of queue pair `qid`.
+    pub(crate) fn heads(&self, qid: usize) -> (u32, u32) {
+        (self.queues[qid][0].head, self.queues[qid][1].head)
+    }
+}

@@ -1,0 +1,317 @@
+//! What went wrong on an engine ([`DmaFault`]) and what the test wants to go wrong ([`FaultPlan`]).
+//!
+//! The plan is per device and deterministic: the only randomness (which bit a [`PlannedFault::Corrupt`]
+//! flips) comes from a ChaCha stream seeded from the system seed and the device index.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use udma::Direction;
+
+use crate::lock::lock;
+
+/// Why an engine refused a descriptor or a doorbell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// A descriptor's ring id did not match the ring's expected phase (stale or corrupt slot).
+    PhaseMismatch {
+        /// The ring that carried it.
+        dir: Direction,
+        /// The phase the engine expected.
+        expected: u8,
+        /// The ring id in the descriptor.
+        found: u8,
+    },
+    /// The TX and RX descriptors of a pair disagree on the length.
+    LengthMismatch {
+        /// TX length in bytes.
+        tx: u32,
+        /// RX length in bytes.
+        rx: u32,
+    },
+    /// A source, destination or ring slot outside memory.
+    BadAddress {
+        /// The device address as the engine saw it.
+        addr: u64,
+        /// Bytes the access needed.
+        len: u32,
+    },
+    /// A doorbell of 0, of more than the ring length, or overflowing the descriptors already pending.
+    /// The doorbell is ignored; the queue does not halt.
+    BadDoorbell {
+        /// Which ring's doorbell.
+        dir: Direction,
+        /// The count written.
+        count: u32,
+        /// The ring length (`drl`).
+        ring_len: u32,
+        /// Descriptors already pending on that ring.
+        pending: u32,
+    },
+}
+
+impl FaultKind {
+    /// The value the queue's `status` register shows while halted by this fault.
+    pub fn status_code(&self) -> u32 {
+        QUEUE_STATUS_HALTED
+            | match self {
+                FaultKind::PhaseMismatch { .. } => 1,
+                FaultKind::LengthMismatch { .. } => 2,
+                FaultKind::BadAddress { .. } => 3,
+                FaultKind::BadDoorbell { .. } => 4,
+            }
+    }
+}
+
+/// `status` register bit set while a queue pair is halted by a fault; the low bits say which kind.
+pub const QUEUE_STATUS_HALTED: u32 = 1 << 31;
+
+/// One recorded fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DmaFault {
+    /// Engine id.
+    pub engine: u32,
+    /// Queue id.
+    pub qid: u32,
+    /// What happened.
+    pub kind: FaultKind,
+    /// M2S (TX) head slot at the fault.
+    pub m2s_head: u32,
+    /// S2M (RX) head slot at the fault.
+    pub s2m_head: u32,
+}
+
+/// A fault to inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlannedFault {
+    /// Queue pair `qid` of `engine` stops making progress the next time it has work: descriptors stay
+    /// pending, no marker lands, until `RST_Q` resets the queue. One-shot unless `persistent`.
+    Hang {
+        /// Engine id.
+        engine: u32,
+        /// Queue id.
+        qid: u32,
+        /// Hang again after every reset.
+        persistent: bool,
+    },
+    /// Wait `per_desc_us` µs before each descriptor (on one engine, or all).
+    Delay {
+        /// Engine id, or every engine.
+        engine: Option<u32>,
+        /// Microseconds per descriptor.
+        per_desc_us: u64,
+    },
+    /// Throttle copies to `bytes_per_sec` (on one engine, or each engine separately).
+    Bandwidth {
+        /// Engine id, or every engine.
+        engine: Option<u32>,
+        /// Sustained rate.
+        bytes_per_sec: u64,
+    },
+    /// The `nth` descriptor pair (0-based, counted from when the entry is added) fetched on queue `qid` of
+    /// `engine` has one seeded-random bit flipped in a ring id, a length or an address, in the engine's
+    /// fetched copy (ring memory is untouched). One-shot; see [`EmuDevice::corruptions`](crate::EmuDevice).
+    Corrupt {
+        /// Engine id.
+        engine: u32,
+        /// Queue id.
+        qid: u32,
+        /// Which fetch.
+        nth: u64,
+    },
+}
+
+/// Which field a corruption flipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CorruptField {
+    /// A ring id bit (`len_ctrl` 25:24).
+    RingId,
+    /// A length bit (`len_ctrl` 15:0).
+    Length,
+    /// An address bit (40..=43: far outside any modelled memory).
+    Address,
+}
+
+/// What became of a corrupted descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CorruptOutcome {
+    /// The engine caught it and halted the queue.
+    Fault(FaultKind),
+    /// The flipped descriptor passed every check and executed (e.g. an address flip that stayed in memory).
+    Benign,
+}
+
+/// One injected corruption and its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CorruptionReport {
+    /// Engine id.
+    pub engine: u32,
+    /// Queue id.
+    pub qid: u32,
+    /// Which descriptor of the pair.
+    pub dir: Direction,
+    /// Ring slot of the corrupted descriptor.
+    pub slot: u32,
+    /// Which field.
+    pub field: CorruptField,
+    /// Bit index in the raw descriptor word (`len_ctrl` for ring id and length, the 64-bit address otherwise).
+    pub bit: u32,
+    /// What happened.
+    pub outcome: CorruptOutcome,
+}
+
+/// A per-device fault plan. Cheap to consult when empty (one relaxed atomic load per descriptor batch).
+#[derive(Debug)]
+pub struct FaultPlan {
+    active: AtomicBool,
+    inner: Mutex<PlanInner>,
+}
+
+#[derive(Debug)]
+struct PlanInner {
+    entries: Vec<Entry>,
+    rng: ChaCha8Rng,
+}
+
+#[derive(Debug)]
+struct Entry {
+    fault: PlannedFault,
+    seen: u64,
+}
+
+/// A corruption chosen for one fetched descriptor pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Corruption {
+    pub(crate) dir: Direction,
+    pub(crate) field: CorruptField,
+    pub(crate) bit: u32,
+}
+
+impl FaultPlan {
+    pub(crate) fn new(seed: u64) -> Self {
+        FaultPlan {
+            active: AtomicBool::new(false),
+            inner: Mutex::new(PlanInner { entries: Vec::new(), rng: ChaCha8Rng::seed_from_u64(seed) }),
+        }
+    }
+
+    /// Adds `fault` to the plan.
+    pub fn add(&self, fault: PlannedFault) {
+        let mut p = lock(&self.inner);
+        p.entries.push(Entry { fault, seen: 0 });
+        // Relaxed is enough: the flag only lets the engine skip the lock; the entries themselves are read
+        // under the mutex, which orders them.
+        self.active.store(true, Ordering::Relaxed);
+    }
+
+    /// Removes every entry.
+    pub fn clear(&self) {
+        let mut p = lock(&self.inner);
+        p.entries.clear();
+        // Relaxed: see `add`.
+        self.active.store(false, Ordering::Relaxed);
+    }
+
+    /// The entries still planned.
+    pub fn entries(&self) -> Vec<PlannedFault> {
+        lock(&self.inner).entries.iter().map(|e| e.fault).collect()
+    }
+
+    /// True when the plan may have something for the engines (a hint, see `add`).
+    pub(crate) fn is_active(&self) -> bool {
+        // Relaxed: a hint; the decision is re-made under the lock.
+        self.active.load(Ordering::Relaxed)
+    }
+
+    fn update_active(&self, p: &PlanInner) {
+        // Relaxed: see `add`.
+        self.active.store(!p.entries.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Whether queue pair (`engine`, `qid`) hangs now; consumes a one-shot entry.
+    pub(crate) fn take_hang(&self, engine: u32, qid: u32) -> bool {
+        if !self.is_active() {
+            return false;
+        }
+        let mut p = lock(&self.inner);
+        let hit = p
+            .entries
+            .iter()
+            .position(|e| matches!(e.fault, PlannedFault::Hang { engine: en, qid: q, .. } if en == engine && q == qid));
+        match hit {
+            Some(i) => {
+                if matches!(p.entries[i].fault, PlannedFault::Hang { persistent: false, .. }) {
+                    p.entries.remove(i);
+                    self.update_active(&p);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Total per-descriptor delay for `engine`, in µs.
+    pub(crate) fn delay_us(&self, engine: u32) -> u64 {
+        if !self.is_active() {
+            return 0;
+        }
+        lock(&self.inner)
+            .entries
+            .iter()
+            .filter_map(|e| match e.fault {
+                PlannedFault::Delay { engine: en, per_desc_us } if en.is_none_or(|x| x == engine) => Some(per_desc_us),
+                _ => None,
+            })
+            .sum()
+    }
+
+    /// The tightest bandwidth limit on `engine`.
+    pub(crate) fn bandwidth(&self, engine: u32) -> Option<u64> {
+        if !self.is_active() {
+            return None;
+        }
+        lock(&self.inner)
+            .entries
+            .iter()
+            .filter_map(|e| match e.fault {
+                PlannedFault::Bandwidth { engine: en, bytes_per_sec } if en.is_none_or(|x| x == engine) => {
+                    Some(bytes_per_sec.max(1))
+                }
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Counts one fetched descriptor pair on (`engine`, `qid`) and returns the corruption to apply to it, if
+    /// a `Corrupt` entry fires. The choice of field and bit is drawn from the seeded stream.
+    pub(crate) fn on_fetch(&self, engine: u32, qid: u32) -> Option<Corruption> {
+        if !self.is_active() {
+            return None;
+        }
+        let mut p = lock(&self.inner);
+        let mut fire = None;
+        for (i, e) in p.entries.iter_mut().enumerate() {
+            if let PlannedFault::Corrupt { engine: en, qid: q, nth } = e.fault {
+                if en == engine && q == qid {
+                    if e.seen == nth && fire.is_none() {
+                        fire = Some(i);
+                    }
+                    e.seen += 1;
+                }
+            }
+        }
+        let i = fire?;
+        p.entries.remove(i);
+        self.update_active(&p);
+        let r = p.rng.next_u64();
+        let dir = if r & 1 == 0 { Direction::Tx } else { Direction::Rx };
+        let (field, bit) = match (r >> 1) % 3 {
+            0 => (CorruptField::RingId, 24 + ((r >> 8) & 1) as u32),
+            1 => (CorruptField::Length, ((r >> 8) % 16) as u32),
+            _ => (CorruptField::Address, 40 + ((r >> 8) % 4) as u32),
+        };
+        Some(Corruption { dir, field, bit })
+    }
+}

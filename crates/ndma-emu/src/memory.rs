@@ -1,0 +1,193 @@
+//! A physical memory space (host DRAM or one device's HBM): one anonymous, lazily committed mapping
+//! addressed by physical address, with bounds-checked CPU access and memcpy-speed copies.
+//!
+//! The mapping is created with `MAP_NORESERVE`, so the kernel commits a page only when it is first touched:
+//! 16 devices × 96 GiB of HBM cost address space, not RAM.
+//!
+//! # Aliasing
+//!
+//! A space is shared by the CPU side (tests, the op layer through [`crate::HostBuf`]) and the engines. Both
+//! write through raw pointers, as a device and a CPU share physical memory; who may touch which bytes when is
+//! decided by the DMA protocol (doorbell release, marker acquire), exactly as with real hardware.
+
+use std::ptr;
+
+use memmap2::{MmapMut, MmapOptions};
+
+use crate::EmuError;
+
+/// One contiguous physical memory space `[base, base + size)`.
+pub struct MemSpace {
+    what: &'static str,
+    base: u64,
+    size: u64,
+    ptr: *mut u8,
+    // Keeps the mapping alive for as long as `ptr` is used; never accessed through `&mut`.
+    _map: MmapMut,
+}
+
+// SAFETY: `MemSpace` is a pointer into an anonymous mapping it owns. The mapping lives as long as the value
+// and is never remapped, so the pointer may be used from any thread; concurrent access to the bytes is the
+// DMA protocol's business (see the module doc), not a property of the Rust value.
+unsafe impl Send for MemSpace {}
+// SAFETY: as above; every `&self` method either only reads metadata or goes through bounds-checked raw
+// pointer accesses that a device and a CPU are allowed to race on.
+unsafe impl Sync for MemSpace {}
+
+impl MemSpace {
+    /// Maps `size` bytes of lazily committed, zero-filled memory answering at `[base, base + size)`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::InvalidConfig`] for a zero size, a size that does not fit the address space or a range
+    /// that overflows; [`EmuError::Map`] when the kernel refuses the mapping.
+    pub fn new(what: &'static str, base: u64, size: u64) -> Result<Self, EmuError> {
+        if size == 0 {
+            return Err(EmuError::InvalidConfig("a memory space cannot be empty"));
+        }
+        if base.checked_add(size).is_none() {
+            return Err(EmuError::InvalidConfig("a memory space overflows the physical address range"));
+        }
+        let len = usize::try_from(size)
+            .ok()
+            .filter(|&l| l <= isize::MAX as usize)
+            .ok_or(EmuError::InvalidConfig("a memory space is larger than the host address space"))?;
+        let mut map = MmapOptions::new().len(len).no_reserve_swap().map_anon().map_err(|source| EmuError::Map {
+            what,
+            len: size,
+            source,
+        })?;
+        let ptr = map.as_mut_ptr();
+        Ok(MemSpace { what, base, size, ptr, _map: map })
+    }
+
+    /// What this space is ("host DRAM", "HBM").
+    pub fn what(&self) -> &'static str {
+        self.what
+    }
+    /// First physical address.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Offset of `[pa, pa + len)` inside the space, or `None` if any byte of it lies outside.
+    pub fn offset_of(&self, pa: u64, len: u64) -> Option<usize> {
+        let off = pa.checked_sub(self.base)?;
+        let end = off.checked_add(len)?;
+        // `end <= size <= isize::MAX`, so the cast is lossless.
+        (end <= self.size).then_some(off as usize)
+    }
+
+    fn checked(&self, pa: u64, len: u64) -> Result<usize, EmuError> {
+        self.offset_of(pa, len).ok_or(EmuError::OutOfBounds {
+            what: self.what,
+            pa,
+            len,
+            base: self.base,
+            size: self.size,
+        })
+    }
+
+    /// Raw pointer to byte `off` of the space.
+    ///
+    /// # Safety
+    ///
+    /// `off` must be at most `size` (an offset returned by [`MemSpace::offset_of`] qualifies), so the result
+    /// stays inside (or one past) the mapping.
+    pub(crate) unsafe fn at(&self, off: usize) -> *mut u8 {
+        // SAFETY: the caller guarantees `off <= size`, and the mapping is `size` bytes long.
+        unsafe { self.ptr.add(off) }
+    }
+
+    /// Copies `dst.len()` bytes at physical address `pa` into `dst`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] if the range is not entirely inside the space.
+    pub fn read(&self, pa: u64, dst: &mut [u8]) -> Result<(), EmuError> {
+        let off = self.checked(pa, dst.len() as u64)?;
+        // SAFETY: `[off, off + len)` is inside the mapping (checked) and `dst` is a distinct exclusive slice.
+        unsafe { ptr::copy_nonoverlapping(self.at(off), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` to physical address `pa`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] if the range is not entirely inside the space.
+    pub fn write(&self, pa: u64, src: &[u8]) -> Result<(), EmuError> {
+        let off = self.checked(pa, src.len() as u64)?;
+        // SAFETY: `[off, off + len)` is inside the mapping (checked) and `src` is a distinct Rust slice.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.at(off), src.len()) };
+        Ok(())
+    }
+
+    /// Sets `len` bytes at physical address `pa` to `byte`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] if the range is not entirely inside the space.
+    pub fn fill(&self, pa: u64, len: u64, byte: u8) -> Result<(), EmuError> {
+        let off = self.checked(pa, len)?;
+        // SAFETY: `[off, off + len)` is inside the mapping (checked); `len <= size` fits a usize.
+        unsafe { ptr::write_bytes(self.at(off), byte, len as usize) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src_pa` in `src` to `dst_pa` in `dst` (memmove semantics when both are the
+    /// same space and the ranges overlap).
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] if either range is not entirely inside its space; nothing is copied then.
+    pub fn copy(src: &MemSpace, src_pa: u64, dst: &MemSpace, dst_pa: u64, len: u64) -> Result<(), EmuError> {
+        let s = src.checked(src_pa, len)?;
+        let d = dst.checked(dst_pa, len)?;
+        // SAFETY: both ranges are inside their mappings (checked); `ptr::copy` tolerates overlap.
+        unsafe { ptr::copy(src.at(s), dst.at(d), len as usize) };
+        Ok(())
+    }
+}
+
+impl core::fmt::Debug for MemSpace {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "MemSpace({} [{:#x}, +{:#x}))", self.what, self.base, self.size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accesses_are_bounds_checked() {
+        let m = MemSpace::new("test", 0x1000, 0x2000).unwrap();
+        m.write(0x1000, &[1, 2, 3]).unwrap();
+        let mut b = [0u8; 3];
+        m.read(0x1000, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3]);
+        assert!(m.read(0xfff, &mut b).is_err());
+        assert!(m.write(0x2ffe, &b).is_err());
+        assert!(m.fill(0x2fff, 1, 9).is_ok());
+        assert!(m.fill(0x2fff, 2, 9).is_err());
+        assert!(m.fill(u64::MAX, 2, 9).is_err());
+        assert_eq!(m.offset_of(0x1000, 0x2000), Some(0));
+        assert_eq!(m.offset_of(0x1000, 0x2001), None);
+    }
+
+    #[test]
+    fn copy_moves_overlapping_ranges() {
+        let m = MemSpace::new("test", 0, 4096).unwrap();
+        m.write(0, &[1, 2, 3, 4, 5]).unwrap();
+        MemSpace::copy(&m, 0, &m, 1, 4).unwrap();
+        let mut b = [0u8; 5];
+        m.read(0, &mut b).unwrap();
+        assert_eq!(b, [1, 1, 2, 3, 4]);
+        assert!(MemSpace::copy(&m, 4000, &m, 0, 97).is_err());
+    }
+}

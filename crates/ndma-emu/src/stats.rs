@@ -1,0 +1,51 @@
+//! Per-engine counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of one engine's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Descriptor pairs executed.
+    pub descriptors: u64,
+    /// Bytes copied (posted writes count when they are enqueued).
+    pub bytes: u64,
+    /// Doorbell writes, valid or not.
+    pub doorbells: u64,
+    /// Faults recorded.
+    pub faults: u64,
+    /// Copies actually performed after merging contiguous descriptors.
+    pub copies: u64,
+    /// Times the posted-write list was drained with something on it.
+    pub drains: u64,
+}
+
+/// The live counters. All `Relaxed`: they are statistics, never used to order other memory accesses.
+#[derive(Debug, Default)]
+pub(crate) struct EngineCounters {
+    pub(crate) descriptors: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) doorbells: AtomicU64,
+    pub(crate) faults: AtomicU64,
+    pub(crate) copies: AtomicU64,
+    pub(crate) drains: AtomicU64,
+}
+
+impl EngineCounters {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        // Relaxed: a statistic (see the type doc).
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> EngineStats {
+        // Relaxed: a statistic (see the type doc).
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        EngineStats {
+            descriptors: get(&self.descriptors),
+            bytes: get(&self.bytes),
+            doorbells: get(&self.doorbells),
+            faults: get(&self.faults),
+            copies: get(&self.copies),
+            drains: get(&self.drains),
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Bad descriptors and bad doorbells: a recorded fault, a halted queue, no panic — and re-init recovers.
+
+mod common;
+
+use common::{poll, Rig, POLICIES};
+use ndma_emu::{FaultKind, OrderingMode, QUEUE_STATUS_HALTED};
+use udma::{regs, Arch, Barrier, Desc, Direction, DmaMemory, Mmio};
+
+fn wait_fault(rig: &Rig) -> Vec<ndma_emu::DmaFault> {
+    assert!(poll(|| !rig.dev.faults().is_empty()), "no fault recorded");
+    rig.dev.faults()
+}
+
+fn status(rig: &Rig, dir: Direction) -> u32 {
+    rig.dev.read32(regs::queue_base(rig.base, dir, rig.q.qid()) + regs::q::STATUS)
+}
+
+/// After a halt: re-init the pair through the HAL and check a real copy goes through.
+fn recovers(rig: &mut Rig) {
+    rig.q.reinit(&*rig.dev);
+    assert!(!rig.dev.is_halted(rig.eng, rig.q.qid()));
+    assert_eq!(status(rig, Direction::Tx), 0);
+    let src = rig.dev.host().alloc(4096, 4096).unwrap();
+    src.fill(0, 4096, 0x77).unwrap();
+    let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
+    let s = rig.host_addr(&src, 0);
+    rig.copy(s, dst.pa, 4096, Barrier::WriteBarrier);
+    let mut got = [0u8; 4096];
+    rig.dev.hbm_read(dst.pa, &mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0x77));
+}
+
+#[test]
+fn wild_descriptor_halts_the_queue_and_reinit_recovers() {
+    for arch in Arch::ALL {
+        for exec in POLICIES {
+            let mut rig = Rig::new(arch, exec, OrderingMode::Relaxed);
+            let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
+            // PA 0 is neither host DRAM nor HBM.
+            rig.q.copy_prepare_one(0, dst.pa, 512, Barrier::WriteBarrier, false).unwrap();
+            rig.stage_marker();
+            rig.q.copy_start(&*rig.dev, 2, 2).unwrap();
+            let faults = wait_fault(&rig);
+            assert_eq!(faults.len(), 1, "{faults:?}");
+            let f = faults[0];
+            assert_eq!((f.engine, f.qid, f.m2s_head, f.s2m_head), (rig.eng, 0, 0, 0));
+            assert_eq!(f.kind, FaultKind::BadAddress { addr: 0, len: 512 });
+            assert!(rig.dev.is_halted(rig.eng, 0));
+            assert_ne!(status(&rig, Direction::Tx) & QUEUE_STATUS_HALTED, 0);
+            assert_ne!(status(&rig, Direction::Rx), 0);
+            // The marker behind the bad pair never runs.
+            assert!(!rig.marker_landed());
+            assert_eq!(rig.dev.pending(rig.eng, 0, Direction::Tx), 2);
+            // A destination past the end of HBM, too.
+            rig.dev.clear_faults();
+            recovers(&mut rig);
+            let hbm_end = ndma_emu::HBM_BASE + rig.dev.hbm().size();
+            let src = rig.dev.host().alloc(4096, 4096).unwrap();
+            let s = rig.host_addr(&src, 0);
+            rig.q.copy_prepare_one(s, hbm_end - 8, 16, Barrier::None, false).unwrap();
+            rig.q.copy_start(&*rig.dev, 1, 1).unwrap();
+            let f = wait_fault(&rig)[0];
+            assert_eq!(f.kind, FaultKind::BadAddress { addr: hbm_end - 8, len: 16 });
+            assert_eq!(rig.dev.take_faults().len(), 1);
+            recovers(&mut rig);
+        }
+    }
+}
+
+#[test]
+fn phase_mismatch_halts_the_queue_and_reinit_recovers() {
+    for arch in Arch::ALL {
+        for exec in POLICIES {
+            let mut rig = Rig::new(arch, exec, OrderingMode::Relaxed);
+            let src = rig.dev.host().alloc(4096, 4096).unwrap();
+            let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
+            let s = rig.host_addr(&src, 0);
+            // One good pair, then a TX slot rewritten by hand with a stale ring id.
+            rig.q.copy_prepare_one(s, dst.pa, 64, Barrier::None, false).unwrap();
+            let idx = rig.q.tx().next_desc_idx();
+            rig.q.copy_prepare_one(s, dst.pa, 64, Barrier::None, false).unwrap();
+            rig.q.tx().write_desc(idx, Desc::m2m_tx(s, 64, 2, Barrier::None).unwrap());
+            rig.q.copy_start(&*rig.dev, 2, 2).unwrap();
+            let f = wait_fault(&rig)[0];
+            assert_eq!(f.kind, FaultKind::PhaseMismatch { dir: Direction::Tx, expected: 1, found: 2 });
+            assert_eq!((f.m2s_head, f.s2m_head), (1, 1), "the first pair executed, the second halted");
+            assert!(rig.dev.is_halted(rig.eng, 0));
+            assert_eq!(rig.dev.engine_stats(rig.eng).unwrap().descriptors, 1);
+            recovers(&mut rig);
+        }
+    }
+}
+
+#[test]
+fn length_mismatch_halts_the_queue() {
+    let mut rig = Rig::new(Arch::V3, ndma_emu::ExecPolicy::Inline, OrderingMode::Strict);
+    let src = rig.dev.host().alloc(4096, 4096).unwrap();
+    let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
+    let s = rig.host_addr(&src, 0);
+    let idx = rig.q.rx().next_desc_idx();
+    rig.q.copy_prepare_one(s, dst.pa, 100, Barrier::None, false).unwrap();
+    rig.q.rx().write_desc(idx, Desc::m2m_rx(dst.pa, 65536, 1, Barrier::None, false).unwrap());
+    rig.q.copy_start(&*rig.dev, 1, 1).unwrap();
+    assert_eq!(rig.dev.faults()[0].kind, FaultKind::LengthMismatch { tx: 100, rx: 65536 });
+    recovers(&mut rig);
+}
+
+#[test]
+fn bad_doorbells_are_ignored_and_recorded() {
+    for exec in POLICIES {
+        let mut rig = Rig::new(Arch::V2, exec, OrderingMode::Relaxed);
+        let rx_db = regs::queue_base(rig.base, Direction::Rx, 0) + regs::q::DRTP_INC;
+        let tx_db = regs::queue_base(rig.base, Direction::Tx, 0) + regs::q::DRTP_INC;
+        rig.dev.write32(rx_db, 0);
+        rig.dev.write32(tx_db, 257);
+        let faults = rig.dev.faults();
+        assert_eq!(faults.len(), 2);
+        assert_eq!(faults[0].kind, FaultKind::BadDoorbell { dir: Direction::Rx, count: 0, ring_len: 256, pending: 0 });
+        assert_eq!(
+            faults[1].kind,
+            FaultKind::BadDoorbell { dir: Direction::Tx, count: 257, ring_len: 256, pending: 0 }
+        );
+        assert!(!rig.dev.is_halted(rig.eng, 0));
+        assert_eq!(rig.dev.pending(rig.eng, 0, Direction::Tx), 0);
+        assert_eq!(rig.dev.engine_stats(rig.eng).unwrap().doorbells, 2);
+        assert_eq!(rig.dev.engine_stats(rig.eng).unwrap().faults, 2);
+        // The queue still works.
+        let src = rig.dev.host().alloc(4096, 4096).unwrap();
+        let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
+        let s = rig.host_addr(&src, 0);
+        rig.copy(s, dst.pa, 4096, Barrier::WriteBarrier);
+    }
+}
+
+#[test]
+fn doorbell_on_an_unprogrammed_queue_is_a_fault_not_a_panic() {
+    let rig = Rig::new(Arch::V3, ndma_emu::ExecPolicy::Inline, OrderingMode::Relaxed);
+    let db = regs::queue_base(rig.base, Direction::Tx, 9) + regs::q::DRTP_INC;
+    rig.dev.write32(db, 1);
+    assert!(matches!(rig.dev.faults()[0].kind, FaultKind::BadDoorbell { ring_len: 0, .. }));
+}
