@@ -1,0 +1,150 @@
+//! memset, copy_descriptors, is_valid_host_mem — on the emulator.
+
+mod common;
+
+use common::*;
+use ndma::validate::{NEURON_DMA_QUEUE_TYPE_RX, NEURON_DMA_QUEUE_TYPE_TX};
+use ndma::{Instance, NdmaError, MEMSET_HOST_BUF_SIZE};
+use ndma_emu::{ExecPolicy, Testbed, TestbedConfig};
+use udma::{Arch, Barrier, Desc};
+use zerocopy::IntoBytes;
+
+#[test]
+fn memset_below_at_and_above_64k_leaves_neighbours_untouched() {
+    for arch in Arch::ALL {
+        let tb = adversarial(arch, ExecPolicy::Inline);
+        let (dev, emu) = tb.device(0);
+        for (i, size) in [
+            0,
+            1,
+            4095,
+            MEMSET_HOST_BUF_SIZE - 1,
+            MEMSET_HOST_BUF_SIZE,
+            MEMSET_HOST_BUF_SIZE + 1,
+            5 * MEMSET_HOST_BUF_SIZE + 123,
+            3 << 20,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for host in [false, true] {
+                let what = format!("{arch} memset {size} host={host}");
+                let total = size + 2 * GUARD;
+                let mc = alloc(dev, host, total, 0);
+                let before = pattern(total as usize, i as u64);
+                put(emu, &mc, 0, &before);
+                let value = 0x30 + i as u8;
+                dev.memset(&mc, GUARD, value, size).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let after = get(emu, &mc, 0, total);
+                let (g, s) = (GUARD as usize, size as usize);
+                assert!(after[..g] == before[..g], "{what}: bytes before changed");
+                assert!(after[g + s..] == before[g + s..], "{what}: bytes after changed");
+                assert!(after[g..g + s].iter().all(|&b| b == value), "{what}: window not filled");
+            }
+        }
+        assert!(emu.faults().is_empty());
+    }
+}
+
+#[test]
+fn memset_outside_the_chunk_is_refused() {
+    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+    let (dev, _) = tb.device(0);
+    let mc = dev.alloc_device(4096, 0).unwrap();
+    let err = dev.memset(&mc, 4000, 1, 97).unwrap_err();
+    assert_eq!(err, NdmaError::OutOfRange { what: "memset window", offset: 4000, size: 97, limit: 4096 });
+    assert_eq!(dev.stats().batches, 0);
+}
+
+fn tx_ring(addrs: &[u64]) -> Vec<u8> {
+    addrs.iter().flat_map(|&a| Desc::m2m_tx(a, 4096, 1, Barrier::None).unwrap().as_bytes().to_vec()).collect()
+}
+
+fn rx_ring(addrs: &[u64]) -> Vec<u8> {
+    addrs.iter().flat_map(|&a| Desc::m2m_rx(a, 4096, 1, Barrier::None, false).unwrap().as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn copy_descriptors_validates_every_pa_before_copying_anything() {
+    for arch in Arch::ALL {
+        let tb = adversarial(arch, ExecPolicy::Inline);
+        let (dev, emu) = tb.device(0);
+        dev.attach_process(100);
+        let host = dev.alloc_host(1 << 20, 0).unwrap();
+        let good_host = dev.mc_to_pa(&host) + 8192;
+        let device_pa = 0x10_0000_1000;
+        let bogus_host = arch.pci_host_base() | 0x7_0000_0000;
+        let n = 64;
+        for (qtype, build) in
+            [(NEURON_DMA_QUEUE_TYPE_TX, tx_ring as fn(&[u64]) -> Vec<u8>), (NEURON_DMA_QUEUE_TYPE_RX, rx_ring)]
+        {
+            let good: Vec<u64> = (0..n).map(|i| if i % 2 == 0 { good_host } else { device_pa }).collect();
+            for bad_at in [0usize, 31, n - 1] {
+                let mut addrs = good.clone();
+                addrs[bad_at] = bogus_host;
+                let ring = build(&addrs);
+                for dst_host in [true, false] {
+                    let dst = alloc(dev, dst_host, ring.len() as u64, 0);
+                    put(emu, &dst, 0, &vec![0xEE; ring.len()]);
+                    let err = dev.copy_descriptors(&ring, 0, &dst, 0, ring.len() as u64, qtype).unwrap_err();
+                    assert_eq!(
+                        err,
+                        NdmaError::InvalidDescriptorAddress { index: bad_at, pa: bogus_host },
+                        "{arch} q{qtype}"
+                    );
+                    assert_eq!(err.errno(), -22);
+                    assert!(get(emu, &dst, 0, ring.len() as u64).iter().all(|&b| b == 0xEE), "nothing copied");
+                }
+            }
+            let ring = build(&good);
+            for dst_host in [true, false] {
+                let dst = alloc(dev, dst_host, ring.len() as u64 + 32, 0);
+                dev.copy_descriptors(&ring, 0, &dst, 16, ring.len() as u64, qtype).unwrap();
+                assert_eq!(get(emu, &dst, 16, ring.len() as u64), ring, "{arch} q{qtype} host={dst_host}");
+            }
+        }
+        // Malformed requests.
+        let ring = tx_ring(&[device_pa]);
+        let dst = dev.alloc_host(64, 0).unwrap();
+        assert_eq!(dev.copy_descriptors(&ring, 0, &dst, 0, 16, 2), Err(NdmaError::InvalidQueueType(2)));
+        assert_eq!(NdmaError::InvalidQueueType(2).errno(), -1);
+        assert_eq!(dev.copy_descriptors(&ring, 0, &dst, 0, 15, 0), Err(NdmaError::PartialDescriptor(15)));
+        assert!(matches!(dev.copy_descriptors(&ring, 8, &dst, 0, 16, 0), Err(NdmaError::OutOfRange { .. })));
+        // A host buffer stops being valid once no process is attached.
+        dev.detach_process(100);
+        let ring = tx_ring(&[good_host]);
+        assert_eq!(
+            dev.copy_descriptors(&ring, 0, &dst, 0, 16, 0),
+            Err(NdmaError::InvalidDescriptorAddress { index: 0, pa: good_host })
+        );
+    }
+}
+
+#[test]
+fn is_valid_host_mem_searches_neighbours_then_every_device() {
+    let mut cfg = TestbedConfig::new(Instance::INF2_48XLARGE);
+    cfg.exec = ExecPolicy::Inline;
+    cfg.hbm_size = Some(1 << 30);
+    cfg.host_dram_size = 4 << 30;
+    let tb = Testbed::new(cfg).unwrap();
+    let devs = tb.system.devices();
+    assert_eq!(devs.len(), 12);
+    let chunk_on = |i: usize| devs[i].alloc_host(8192, 0).unwrap();
+    let on5 = chunk_on(5);
+    let on11 = chunk_on(11);
+    let pa5 = devs[5].mc_to_pa(&on5);
+    let pa11 = devs[11].mc_to_pa(&on11);
+    // No attached process anywhere: nothing is valid.
+    assert!(!devs[4].is_valid_host_mem(pa5, 16));
+    devs[5].attach_process(1);
+    devs[11].attach_process(1);
+    for asker in [0usize, 4, 5, 6, 11] {
+        assert!(devs[asker].is_valid_host_mem(pa5, 16), "device {asker} finds device 5's chunk");
+        assert!(devs[asker].is_valid_host_mem(pa11 + 8000, 192), "device {asker} finds device 11's chunk");
+    }
+    // Ranges that leave the chunk, or addresses nobody allocated, are invalid.
+    assert!(!devs[5].is_valid_host_mem(pa5 + 8000, 193));
+    assert!(!devs[5].is_valid_host_mem(udma::arch::V2_PCI_HOST_BASE | 0x7_0000_0000, 1));
+    drop(on5);
+    assert!(!devs[5].is_valid_host_mem(pa5, 16), "a freed chunk is no longer valid");
+}
