@@ -162,6 +162,20 @@ impl NeuronDevice {
         self.ring(nc).map(|r| r.stats.snapshot())
     }
 
+    /// The descriptor pairs `(TX, RX)` in slots `[0, producer cursor)` of NC `nc`'s H2T ring, read under the
+    /// ring lock: a read-only view of what the op layer staged (for inspection tools). After the producer
+    /// wraps this is only the slots since the wrap.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::InvalidNc`].
+    pub fn ring_descriptors(&self, nc: u32) -> Result<Vec<(udma::Desc, udma::Desc)>> {
+        let ring = self.ring(nc)?;
+        let inner = ring.lock();
+        let (tx, rx) = (inner.queue.tx(), inner.queue.rx());
+        Ok((0..tx.next_desc_idx()).map(|i| (tx.read_desc(i), rx.read_desc(i))).collect())
+    }
+
     /// Counters of every ring of the device, summed.
     pub fn stats(&self) -> StatsSnapshot {
         self.rings.iter().fold(StatsSnapshot::default(), |acc, r| acc.merged(&r.stats.snapshot()))
