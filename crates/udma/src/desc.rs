@@ -183,6 +183,29 @@ impl Desc {
         Ok(Desc::from_words(len_ctrl.into_bits(), 0, dst))
     }
 
+    /// The computed words of an M2M pair, `(tx len_ctrl, tx meta_ctrl, rx len_ctrl)`, exactly as
+    /// [`Desc::m2m_tx`] and [`Desc::m2m_rx`] build them; the remaining words are `src`, 0 and `dst`.
+    ///
+    /// `copy_prepare_one`'s hot path makes this one out-of-line call: the generic caller is instantiated in
+    /// the user's crate, which cannot inline this crate's non-`#[inline]` bitfield builders (they do inline
+    /// here), and returning plain words rather than 16-byte descriptors lets the caller store them without a
+    /// store-to-load forwarding stall on the way.
+    ///
+    /// # Errors
+    ///
+    /// [`UdmaError::InvalidLength`] for a length of 0 or above 65536.
+    pub(crate) fn m2m_pair_words(
+        len: u32,
+        tx_ring_id: u8,
+        rx_ring_id: u8,
+        barrier: Barrier,
+        set_int: bool,
+    ) -> Result<(u32, u32, u32), UdmaError> {
+        let tx = Desc::m2m_tx(0, len, tx_ring_id, barrier)?;
+        let rx = Desc::m2m_rx(0, len, rx_ring_id, barrier, set_int)?;
+        Ok((tx.len_ctrl.get(), tx.word1.get(), rx.len_ctrl.get()))
+    }
+
     /// The `len_ctrl` word.
     pub fn len_ctrl(&self) -> LenCtrl {
         LenCtrl::from_bits(self.len_ctrl.get())

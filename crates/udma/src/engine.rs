@@ -44,8 +44,22 @@ impl<R: DmaMemory> M2mQueue<R> {
         if completion.is_some() {
             return Err(UdmaError::CompletionRingUnsupported);
         }
-        let tx = Queue::new(regs::queue_base(engine_base, Direction::Tx, qid), Direction::Tx, qid, tx.mem, tx.dma_addr, size)?;
-        let rx = Queue::new(regs::queue_base(engine_base, Direction::Rx, qid), Direction::Rx, qid, rx.mem, rx.dma_addr, size)?;
+        let tx = Queue::new(
+            regs::queue_base(engine_base, Direction::Tx, qid),
+            Direction::Tx,
+            qid,
+            tx.mem,
+            tx.dma_addr,
+            size,
+        )?;
+        let rx = Queue::new(
+            regs::queue_base(engine_base, Direction::Rx, qid),
+            Direction::Rx,
+            qid,
+            rx.mem,
+            rx.dma_addr,
+            size,
+        )?;
         let mut q = M2mQueue { qid, tx, rx };
         q.reinit(mmio);
         Ok(q)
@@ -65,6 +79,7 @@ impl<R: DmaMemory> M2mQueue<R> {
     ///
     /// [`UdmaError::InvalidLength`] (`-1`) for a size of 0 or above 65536; [`UdmaError::RingFull`]
     /// (`-ENOMEM`) when either ring has no free slot. Nothing is staged on error.
+    #[inline]
     pub fn copy_prepare_one(
         &mut self,
         src: u64,
@@ -85,10 +100,10 @@ impl<R: DmaMemory> M2mQueue<R> {
         let (rx_idx, rx_id) = self.rx.take_slot();
         let (tx_idx, tx_id) = self.tx.take_slot();
         // Both builders only fail on the length, which was checked above.
-        let rx_desc = Desc::m2m_rx(dst, size, rx_id, barrier, set_int)?;
-        let tx_desc = Desc::m2m_tx(src, size, tx_id, barrier)?;
-        self.rx.write_desc(rx_idx, rx_desc);
-        self.tx.write_desc(tx_idx, tx_desc);
+        let (tx_len_ctrl, tx_meta_ctrl, rx_len_ctrl) = Desc::m2m_pair_words(size, tx_id, rx_id, barrier, set_int)?;
+        // Exactly `Desc::m2m_rx(dst, ..)` and `Desc::m2m_tx(src, ..)`: buf2_ptr_lo is 0 on the M2M path.
+        self.rx.write_desc(rx_idx, Desc::from_words(rx_len_ctrl, 0, dst));
+        self.tx.write_desc(tx_idx, Desc::from_words(tx_len_ctrl, tx_meta_ctrl, src));
         Ok(())
     }
 

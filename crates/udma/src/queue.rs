@@ -54,6 +54,7 @@ impl CompletionCounter {
     }
 
     /// The consumer cursor.
+    #[inline]
     pub fn get(&self) -> u32 {
         self.next_cdesc_idx.load(Ordering::Acquire)
     }
@@ -142,7 +143,10 @@ impl<R: DmaMemory> Queue<R> {
         self.status = QueueStatus::Disabled;
         let r = self.regs;
         if self.dir == Direction::Tx {
-            mmio.write32(r + regs::q::M2S_RLIMIT_MASK, regs::RLIMIT_MASK_RESET_VALUE & !regs::RLIMIT_INTERNAL_PAUSE_DMB);
+            mmio.write32(
+                r + regs::q::M2S_RLIMIT_MASK,
+                regs::RLIMIT_MASK_RESET_VALUE & !regs::RLIMIT_INTERNAL_PAUSE_DMB,
+            );
         }
         // udma_q_reset: pause (clear the enable bits), then reset the queue pointers.
         let cfg = mmio.read32(r + regs::q::CFG);
@@ -161,9 +165,7 @@ impl<R: DmaMemory> Queue<R> {
     /// Free slots: `(next_cdesc_idx − (next_desc_idx + 16)) & size_mask` (`udma_available_get`).
     /// An empty ring has `size − 16`.
     pub fn available(&self) -> u32 {
-        self.completed
-            .get()
-            .wrapping_sub(self.next_desc_idx.wrapping_add(UDMA_MAX_NUM_CDESC_PER_CACHE_LINE))
+        self.completed.get().wrapping_sub(self.next_desc_idx.wrapping_add(UDMA_MAX_NUM_CDESC_PER_CACHE_LINE))
             & self.size_mask()
     }
 
