@@ -2,6 +2,7 @@
 //! attached processes.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use udma::Mmio;
@@ -47,6 +48,7 @@ pub struct NeuronDevice {
     pub(crate) attached: Mutex<BTreeSet<u32>>,
     pub(crate) resets: Option<Arc<dyn ResetClock>>,
     pub(crate) registry: Weak<Registry>,
+    zerocopy_trn1_override: AtomicBool,
 }
 
 impl NeuronDevice {
@@ -89,6 +91,7 @@ impl NeuronDevice {
             attached: Mutex::new(BTreeSet::new()),
             resets: hw.resets,
             registry,
+            zerocopy_trn1_override: AtomicBool::new(false),
         })
     }
 
@@ -179,6 +182,17 @@ impl NeuronDevice {
     /// Counters of every ring of the device, summed.
     pub fn stats(&self) -> StatsSnapshot {
         self.rings.iter().fold(StatsSnapshot::default(), |acc, r| acc.merged(&r.stats.snapshot()))
+    }
+
+    /// The `zerocopy_trn1_override` module parameter: allow zero-copy on an arch with the reset-window retry.
+    pub fn set_zerocopy_trn1_override(&self, on: bool) {
+        self.zerocopy_trn1_override.store(on, Ordering::Relaxed);
+    }
+
+    /// `ndma_zerocopy_supported`: zero-copy is off on archs that need the reset-window retry (V2), because
+    /// pinning and replay were never validated against the hardware bug, unless the override is set.
+    pub fn zerocopy_supported(&self) -> bool {
+        !self.dhal.retry_memcpy() || self.zerocopy_trn1_override.load(Ordering::Relaxed)
     }
 
     /// The PA rule (`ndma_mc_to_pa`): host chunk → host PA | `pci_host_base`; device chunk → its PA.

@@ -1,0 +1,135 @@
+//! The async double buffer (spec §3): handle FSM, first-call/no-wait, waits on the previous context, misuse,
+//! the one-batch limit, and the pipeline.
+
+mod common;
+
+use common::*;
+use ndma::{AsyncPipeline, CtxHandle, NdmaError, MAX_BATCH_BYTES};
+use ndma_emu::{ClockKind, ExecPolicy, OrderingMode, PlannedFault};
+use udma::Arch;
+
+#[test]
+fn first_call_stages_without_waiting_and_the_chain_toggles() {
+    for arch in Arch::ALL {
+        let tb = adversarial(arch, ExecPolicy::Inline);
+        let (dev, emu) = tb.device(0);
+        let ws: Vec<Windows> = (0..5).map(|i| Windows::new(dev, emu, Dir::H2D, 70_000 + i * 1000, 0, i)).collect();
+        let h = dev.memcpy_mc_async(&ws[0].src, &ws[0].dst, GUARD, GUARD, ws[0].size, 0, CtxHandle::None).unwrap();
+        assert_eq!(h, CtxHandle::Async1);
+        let s = dev.ring_stats(0).unwrap();
+        assert_eq!((s.batches, s.polls, s.transfers), (1, 0, 0), "{arch}: staged, nothing waited");
+        let mut prev = h;
+        let mut expected = vec![CtxHandle::Async2, CtxHandle::Async1, CtxHandle::Async2, CtxHandle::Async1].into_iter();
+        for (i, w) in ws.iter().enumerate().skip(1) {
+            let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, prev).unwrap();
+            assert_eq!(Some(h), expected.next());
+            assert_eq!(dev.ring_stats(0).unwrap().transfers, i as u64, "{arch}: each call completes the previous copy");
+            prev = h;
+        }
+        dev.memcpy_mc_wait(&ws[4].src, &ws[4].dst, prev).unwrap();
+        for (i, w) in ws.iter().enumerate() {
+            w.verify(emu, &format!("{arch} async copy {i}"));
+        }
+        assert_eq!(dev.ring_stats(0).unwrap().transfers, 5);
+    }
+}
+
+#[test]
+fn pipeline_of_mixed_sizes_and_directions_is_byte_exact() {
+    for (arch, exec) in [(Arch::V2, ExecPolicy::Threaded), (Arch::V3, ExecPolicy::Inline)] {
+        let tb = adversarial(arch, exec);
+        let (dev, emu) = tb.device(0);
+        let sizes = [1u64, 4096, 65536, 65537, 1 << 20, 3 * 65536 + 11, 0, 17, 2 << 20];
+        let ws: Vec<Windows> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| Windows::new(dev, emu, DIRS[i % 4], size, (i as u32) % 2, 100 + i as u64))
+            .collect();
+        let mut p = AsyncPipeline::new(dev);
+        for w in &ws {
+            p.copy(&w.src, &w.dst, GUARD, GUARD, w.size).unwrap();
+        }
+        p.finish().unwrap();
+        for (i, w) in ws.iter().enumerate() {
+            w.verify(emu, &format!("{arch} pipeline copy {i} ({} bytes)", w.size));
+        }
+        assert!(emu.faults().is_empty());
+    }
+}
+
+#[test]
+fn handle_misuse_is_einval_and_leaves_the_ring_usable() {
+    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    let w = Windows::new(dev, emu, Dir::H2D, 10_000, 0, 1);
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, CtxHandle::None).unwrap();
+    dev.memcpy_mc_wait(&w.src, &w.dst, h).unwrap();
+    // Wait twice.
+    assert_eq!(dev.memcpy_mc_wait(&w.src, &w.dst, h), Err(NdmaError::ContextNotInUse(1)));
+    // Wait on NONE.
+    assert_eq!(dev.memcpy_mc_wait(&w.src, &w.dst, CtxHandle::None), Err(NdmaError::InvalidHandle(-1)));
+    // Chain from a context nobody staged.
+    assert_eq!(
+        dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, 16, 0, CtxHandle::Async2),
+        Err(NdmaError::ContextNotInUse(2))
+    );
+    // Out-of-range integers.
+    for raw in [-2, 3, 1000] {
+        let err = dev.memcpy_mc_async_raw(&w.src, &w.dst, GUARD, GUARD, 16, 0, raw).unwrap_err();
+        assert_eq!(err, NdmaError::InvalidHandle(raw));
+        assert_eq!(err.errno(), -22);
+    }
+    // Staging onto a context that still holds an unwaited copy.
+    let h1 = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, 100, 0, CtxHandle::None).unwrap();
+    assert_eq!(
+        dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, 100, 0, CtxHandle::None),
+        Err(NdmaError::ContextInUse(1))
+    );
+    dev.memcpy_mc_wait(&w.src, &w.dst, h1).unwrap();
+    w.verify(emu, "after misuse");
+    let w2 = Windows::new(dev, emu, Dir::D2H, 300_000, 0, 2);
+    w2.copy(dev).unwrap();
+    w2.verify(emu, "sync copy after misuse");
+    assert_eq!(dev.memcpy_mc_async_raw(&w2.src, &w2.dst, GUARD, GUARD, 5, 0, -1), Ok(1));
+    assert_eq!(dev.memcpy_mc_wait(&w2.src, &w2.dst, CtxHandle::Async1), Ok(()));
+}
+
+#[test]
+fn an_async_request_larger_than_one_batch_is_rejected_before_staging() {
+    let tb = adversarial(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    let w = Windows::new(dev, emu, Dir::D2D, MAX_BATCH_BYTES + 1, 0, 3);
+    let before = dev.ring_stats(0).unwrap();
+    let err = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, CtxHandle::None).unwrap_err();
+    assert_eq!(err, NdmaError::AsyncTooLarge { size: MAX_BATCH_BYTES + 1, max: MAX_BATCH_BYTES });
+    assert_eq!(err.errno(), -22);
+    assert_eq!(dev.ring_stats(0).unwrap(), before, "nothing staged");
+    // Exactly one batch is fine.
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, MAX_BATCH_BYTES, 0, CtxHandle::None).unwrap();
+    dev.memcpy_mc_wait(&w.src, &w.dst, h).unwrap();
+}
+
+#[test]
+fn a_hang_in_an_async_chain_times_out_releases_both_contexts_and_recovers() {
+    for arch in Arch::ALL {
+        let tb = testbed(arch, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+        let (dev, emu) = tb.device(0);
+        let (eng, qid) = dev.h2t_queue(0).unwrap();
+        let a = Windows::new(dev, emu, Dir::H2D, 5000, 0, 1);
+        let b = Windows::new(dev, emu, Dir::H2D, 6000, 0, 2);
+        emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+        let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.size, 0, CtxHandle::None).unwrap();
+        let err = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.size, 0, h).unwrap_err();
+        assert!(matches!(err, NdmaError::Timeout { count: 2, .. }), "{arch}: {err}");
+        assert_eq!(dev.ring_stats(0).unwrap().retries, 0, "{arch}: no reset window, no retry");
+        // Both contexts were released: a new chain starts cleanly.
+        assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, CtxHandle::Async1), Err(NdmaError::ContextNotInUse(1)));
+        assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, CtxHandle::Async2), Err(NdmaError::ContextNotInUse(2)));
+        let mut p = AsyncPipeline::new(dev);
+        p.copy(&a.src, &a.dst, GUARD, GUARD, a.size).unwrap();
+        p.copy(&b.src, &b.dst, GUARD, GUARD, b.size).unwrap();
+        p.finish().unwrap();
+        a.verify(emu, "a after recovery");
+        b.verify(emu, "b after recovery");
+    }
+}
