@@ -26,8 +26,10 @@ pub mod host;
 mod lock;
 pub mod memory;
 pub mod ordering;
+mod platform;
 pub mod stats;
 pub mod system;
+mod testbed;
 mod worker;
 
 pub use addr_map::Space;
@@ -41,5 +43,7 @@ pub use hbm::{HbmRange, DEFAULT_HBM_SIZE_V2, DEFAULT_HBM_SIZE_V3, HBM_BASE};
 pub use host::{HostBuf, HostMemory, DEFAULT_HOST_DRAM_SIZE, HOST_DRAM_BASE};
 pub use memory::MemSpace;
 pub use ordering::OrderingMode;
+pub use platform::{ClockKind, EmuPlatform, HZ};
 pub use stats::EngineStats;
 pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};
+pub use testbed::{device_hw, Testbed, TestbedConfig, TestbedError};

@@ -1,0 +1,121 @@
+//! `EmuPlatform`: the [`ndma::Platform`] of an emulated machine — a real (or fake) clock, `udelay`, and
+//! coherent DMA allocations from the emulated host DRAM.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ndma::{HostBuf, NdmaError, Platform};
+use udma::DmaMemory;
+
+use crate::HostMemory;
+
+/// Jiffies per second of the emulated kernel (`HZ`).
+pub const HZ: u64 = 1000;
+
+/// Delays at least this long sleep for most of their length instead of spinning, so a poller waiting out a
+/// long first wait leaves the core to the engine worker.
+const SLEEP_THRESHOLD_US: u64 = 200;
+/// How much of a long delay is still spun (sleep overshoots).
+const SPIN_TAIL_US: u64 = 100;
+
+/// Which clock the platform runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClockKind {
+    /// The machine's monotonic clock; `udelay` really waits.
+    #[default]
+    Real,
+    /// Virtual time: `udelay(us)` advances the clock by `us` and returns at once. With inline execution this
+    /// makes poll counts and budgets exact and fast to check.
+    Fake,
+}
+
+/// The platform of an emulated instance.
+pub struct EmuPlatform {
+    host: Arc<HostMemory>,
+    clock: ClockKind,
+    epoch: Instant,
+    fake_us: AtomicU64,
+    emulation: AtomicBool,
+    udelay_calls: AtomicU64,
+}
+
+impl EmuPlatform {
+    /// A platform allocating from `host`, on `clock`. It reports itself as silicon (no ×100000 poll-budget
+    /// scaling) until [`EmuPlatform::set_emulation`] says otherwise: the model's engine is faster than the
+    /// budgets assume, so a real hang times out in milliseconds.
+    pub fn new(host: Arc<HostMemory>, clock: ClockKind) -> Self {
+        EmuPlatform {
+            host,
+            clock,
+            epoch: Instant::now(),
+            fake_us: AtomicU64::new(0),
+            emulation: AtomicBool::new(false),
+            udelay_calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Turns the emulation-platform budget scaling (`narch_is_emu()`) on or off.
+    pub fn set_emulation(&self, on: bool) {
+        self.emulation.store(on, Ordering::Relaxed);
+    }
+
+    /// Number of `udelay` calls so far (each marker poll makes one).
+    pub fn udelay_calls(&self) -> u64 {
+        self.udelay_calls.load(Ordering::Relaxed)
+    }
+
+    /// Advances a fake clock by `us` (no effect on a real clock).
+    pub fn advance_us(&self, us: u64) {
+        if self.clock == ClockKind::Fake {
+            self.fake_us.fetch_add(us, Ordering::Relaxed);
+        }
+    }
+
+    /// The host memory allocations come from.
+    pub fn host(&self) -> &Arc<HostMemory> {
+        &self.host
+    }
+}
+
+impl Platform for EmuPlatform {
+    fn jiffies(&self) -> u64 {
+        self.now_us() / (1_000_000 / HZ)
+    }
+
+    fn now_us(&self) -> u64 {
+        match self.clock {
+            ClockKind::Real => self.epoch.elapsed().as_micros() as u64,
+            ClockKind::Fake => self.fake_us.load(Ordering::Relaxed),
+        }
+    }
+
+    fn udelay(&self, us: u64) {
+        self.udelay_calls.fetch_add(1, Ordering::Relaxed);
+        match self.clock {
+            ClockKind::Fake => {
+                self.fake_us.fetch_add(us, Ordering::Relaxed);
+            }
+            ClockKind::Real => {
+                let deadline = Instant::now() + Duration::from_micros(us);
+                if us >= SLEEP_THRESHOLD_US {
+                    std::thread::sleep(Duration::from_micros(us - SPIN_TAIL_US));
+                }
+                while Instant::now() < deadline {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    fn is_emulation(&self) -> bool {
+        self.emulation.load(Ordering::Relaxed)
+    }
+
+    fn alloc_coherent(&self, len: usize) -> Result<HostBuf, NdmaError> {
+        let buf = self.host.alloc(len, 256).map_err(|_| NdmaError::NoMemory { what: "host", size: len as u64 })?;
+        // dma_alloc_coherent hands out zeroed memory.
+        buf.fill(0, len, 0).map_err(NdmaError::from)?;
+        Ok(Arc::new(buf))
+    }
+}

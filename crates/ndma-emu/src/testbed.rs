@@ -1,0 +1,108 @@
+//! A ready-to-use emulated instance with the op layer brought up on it: what the CLI, the benches and the
+//! integration tests start from.
+
+use std::sync::Arc;
+
+use ndma::{DeviceHw, Instance, NeuronDevice, System};
+
+use crate::platform::{ClockKind, EmuPlatform};
+use crate::{EmuConfig, EmuDevice, EmuError, EmuSystem, ExecPolicy, OrderingMode};
+
+/// How to build a [`Testbed`].
+#[derive(Debug, Clone)]
+pub struct TestbedConfig {
+    /// Instance preset (arch and device count).
+    pub instance: Instance,
+    /// Engine execution policy.
+    pub exec: ExecPolicy,
+    /// Fabric ordering model.
+    pub ordering: OrderingMode,
+    /// Platform clock.
+    pub clock: ClockKind,
+    /// HBM per device (`None`: the arch default).
+    pub hbm_size: Option<u64>,
+    /// Host DRAM size.
+    pub host_dram_size: u64,
+    /// Seed for the fault plans.
+    pub seed: u64,
+    /// Scale poll budgets ×100000 as the driver does on emulation platforms (off: silicon budgets, so a
+    /// hang times out in milliseconds; on: immune to a loaded machine descheduling the engine workers).
+    pub emulation_budgets: bool,
+}
+
+impl TestbedConfig {
+    /// Defaults for `instance`: threaded engines, relaxed ordering, real clock, default sizes.
+    pub fn new(instance: Instance) -> Self {
+        let emu = EmuConfig::new(instance.arch);
+        TestbedConfig {
+            instance,
+            exec: emu.exec,
+            ordering: emu.ordering,
+            clock: ClockKind::Real,
+            hbm_size: None,
+            host_dram_size: emu.host_dram_size,
+            seed: emu.seed,
+            emulation_budgets: false,
+        }
+    }
+}
+
+/// Why a testbed could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    /// The device model refused the configuration.
+    #[error("emulator: {0}")]
+    Emu(#[from] EmuError),
+    /// Device bring-up in the op layer failed.
+    #[error("op layer: {0}")]
+    Ndma(#[from] ndma::NdmaError),
+}
+
+/// An emulated instance and the op layer's [`System`] over it. Fields drop in order: the op layer first,
+/// then the platform, then the device model (which joins its engine workers).
+pub struct Testbed {
+    /// The op layer's devices.
+    pub system: System,
+    /// The platform the op layer runs on.
+    pub platform: Arc<EmuPlatform>,
+    /// The device model.
+    pub emu: EmuSystem,
+}
+
+impl Testbed {
+    /// Builds the device model and brings every device up in the op layer.
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError`] from either side.
+    pub fn new(cfg: TestbedConfig) -> Result<Testbed, TestbedError> {
+        let emu = EmuSystem::new(EmuConfig {
+            arch: cfg.instance.arch,
+            devices: cfg.instance.devices as usize,
+            hbm_size: cfg.hbm_size,
+            host_dram_size: cfg.host_dram_size,
+            exec: cfg.exec,
+            ordering: cfg.ordering,
+            seed: cfg.seed,
+        })?;
+        let platform = Arc::new(EmuPlatform::new(emu.host().clone(), cfg.clock));
+        platform.set_emulation(cfg.emulation_budgets);
+        let hw = emu.devices().iter().map(device_hw).collect();
+        let system = System::new(cfg.instance.arch, platform.clone(), hw)?;
+        Ok(Testbed { system, platform, emu })
+    }
+
+    /// Op-layer device `i` and its model.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is not a device of the instance.
+    pub fn device(&self, i: u32) -> (&Arc<NeuronDevice>, &Arc<EmuDevice>) {
+        (&self.system.devices()[i as usize], self.emu.device(i as usize))
+    }
+}
+
+/// What the op layer needs of one emulated device.
+pub fn device_hw(dev: &Arc<EmuDevice>) -> DeviceHw {
+    DeviceHw { bar0: dev.clone(), hbm_base: dev.hbm().base(), hbm_size: dev.hbm().size(), resets: None }
+}
