@@ -12,6 +12,7 @@ use crate::engine::Engine;
 use crate::faults::{CorruptionReport, DmaFault, FaultPlan};
 use crate::hbm::{Hbm, HbmRange};
 use crate::lock::lock;
+use crate::nc_reset::{JiffiesClock, NcResets};
 use crate::ordering::OrderingMode;
 use crate::stats::EngineStats;
 use crate::system::ExecPolicy;
@@ -30,6 +31,7 @@ pub(crate) struct DeviceCore {
     pub(crate) plan: FaultPlan,
     pub(crate) shutdown: AtomicBool,
     pub(crate) workers: Mutex<Vec<JoinHandle<()>>>,
+    pub(crate) resets: NcResets,
 }
 
 impl DeviceCore {
@@ -84,6 +86,7 @@ impl EmuDevice {
             plan: FaultPlan::new(seed),
             shutdown: AtomicBool::new(false),
             workers: Mutex::new(Vec::new()),
+            resets: NcResets::new(arch),
         };
         Ok(EmuDevice { core: Arc::new(core), bar0: Bar0Map::new(arch), arch })
     }
@@ -229,6 +232,38 @@ impl EmuDevice {
             let mut exec = lock(&e.exec);
             e.drain(&self.core, &mut exec);
         }
+    }
+}
+
+impl EmuDevice {
+    /// Connects the reset model to the platform's jiffies clock and stamps the bring-up reset (finished
+    /// just before now). Until then no reset is ever in progress.
+    pub fn set_reset_clock(&self, clock: JiffiesClock) {
+        self.core.resets.set_clock(clock);
+    }
+
+    /// Starts a reset of NeuronCore `nc` now, lasting `duration_jiffies`. On V2, work handed to that NC's
+    /// queues meanwhile hangs until the queue is re-initialised. Returns false for an NC the device lacks.
+    pub fn reset_nc(&self, nc: u32, duration_jiffies: u64) -> bool {
+        self.core.resets.begin(nc, duration_jiffies)
+    }
+
+    /// Starts a reset of every NeuronCore of the device.
+    pub fn reset_device(&self, duration_jiffies: u64) {
+        for nc in 0..self.arch.ncs_per_device() {
+            self.core.resets.begin(nc, duration_jiffies);
+        }
+    }
+
+    /// Is a reset of `nc` in progress now?
+    pub fn nc_reset_in_progress(&self, nc: u32) -> bool {
+        self.core.resets.in_progress(nc)
+    }
+}
+
+impl ndma::ResetClock for EmuDevice {
+    fn reset_times(&self, nc: u32) -> (u64, u64) {
+        self.core.resets.times(nc)
     }
 }
 

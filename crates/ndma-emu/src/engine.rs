@@ -32,8 +32,11 @@ use crate::ordering::{OrderingMode, PostedWrites};
 use crate::stats::EngineCounters;
 use crate::system::ExecPolicy;
 
-/// Most descriptor pairs one batch fetches before releasing the exec lock (bounds how long a reset waits).
-const MAX_BATCH: u32 = 64;
+/// Most descriptor pairs one batch fetches before releasing the exec lock. It bounds how long a reset waits
+/// (at most 4096 × 64 KiB = 256 MiB of copying, tens of ms) and it is large enough that a whole op-layer
+/// batch (≤ 2031 + 1 pairs) of contiguous descriptors merges into one memmove: above a few tens of MiB the
+/// C library switches to non-temporal stores, which is what a single large `memcpy` gets too.
+const MAX_BATCH: u32 = 4096;
 
 /// A ring cursor as the engine walks it.
 #[derive(Debug, Clone, Copy)]
@@ -233,6 +236,11 @@ impl Engine {
         let (qid, mut tx, mut rx, budget) = {
             let mut r = lock(&self.regs);
             let Some(qid) = r.pick() else { return false };
+            if dev.resets.hangs(self.id, qid as u32) {
+                tracing::debug!(engine = self.id, qid, "V2 queue hung: doorbell during a NeuronCore reset");
+                r.pairs[qid].hung = true;
+                return true;
+            }
             if plan_active && dev.plan.take_hang(self.id, qid as u32) {
                 tracing::debug!(engine = self.id, qid, "queue hung by the fault plan");
                 r.pairs[qid].hung = true;

@@ -25,6 +25,7 @@ pub mod hbm;
 pub mod host;
 mod lock;
 pub mod memory;
+mod nc_reset;
 pub mod ordering;
 mod platform;
 pub mod stats;
@@ -42,6 +43,7 @@ pub use faults::{
 pub use hbm::{HbmRange, DEFAULT_HBM_SIZE_V2, DEFAULT_HBM_SIZE_V3, HBM_BASE};
 pub use host::{HostBuf, HostMemory, DEFAULT_HOST_DRAM_SIZE, HOST_DRAM_BASE};
 pub use memory::MemSpace;
+pub use nc_reset::JiffiesClock;
 pub use ordering::OrderingMode;
 pub use platform::{ClockKind, EmuPlatform, HZ};
 pub use stats::EngineStats;

@@ -13,6 +13,9 @@ use crate::HostMemory;
 /// Jiffies per second of the emulated kernel (`HZ`).
 pub const HZ: u64 = 1000;
 
+/// The clocks start one second in, so jiffies are never 0 (a reset stamped at 0 would look "in progress").
+const CLOCK_EPOCH_US: u64 = 1_000_000;
+
 /// Delays at least this long sleep for most of their length instead of spinning, so a poller waiting out a
 /// long first wait leaves the core to the engine worker.
 const SLEEP_THRESHOLD_US: u64 = 200;
@@ -49,7 +52,7 @@ impl EmuPlatform {
             host,
             clock,
             epoch: Instant::now(),
-            fake_us: AtomicU64::new(0),
+            fake_us: AtomicU64::new(CLOCK_EPOCH_US),
             emulation: AtomicBool::new(false),
             udelay_calls: AtomicU64::new(0),
         }
@@ -85,7 +88,7 @@ impl Platform for EmuPlatform {
 
     fn now_us(&self) -> u64 {
         match self.clock {
-            ClockKind::Real => self.epoch.elapsed().as_micros() as u64,
+            ClockKind::Real => CLOCK_EPOCH_US + self.epoch.elapsed().as_micros() as u64,
             ClockKind::Fake => self.fake_us.load(Ordering::Relaxed),
         }
     }

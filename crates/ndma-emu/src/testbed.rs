@@ -87,6 +87,10 @@ impl Testbed {
         })?;
         let platform = Arc::new(EmuPlatform::new(emu.host().clone(), cfg.clock));
         platform.set_emulation(cfg.emulation_budgets);
+        for dev in emu.devices() {
+            let p = platform.clone();
+            dev.set_reset_clock(Arc::new(move || ndma::Platform::jiffies(&*p)));
+        }
         let hw = emu.devices().iter().map(device_hw).collect();
         let system = System::new(cfg.instance.arch, platform.clone(), hw)?;
         Ok(Testbed { system, platform, emu })
@@ -104,5 +108,5 @@ impl Testbed {
 
 /// What the op layer needs of one emulated device.
 pub fn device_hw(dev: &Arc<EmuDevice>) -> DeviceHw {
-    DeviceHw { bar0: dev.clone(), hbm_base: dev.hbm().base(), hbm_size: dev.hbm().size(), resets: None }
+    DeviceHw { bar0: dev.clone(), hbm_base: dev.hbm().base(), hbm_size: dev.hbm().size(), resets: Some(dev.clone()) }
 }

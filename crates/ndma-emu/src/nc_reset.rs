@@ -1,0 +1,120 @@
+//! NeuronCore resets and the V2 reset-window hardware bug (spec §5, FACTS §4 `nr_op_in_reset_wnd`).
+//!
+//! Each NC has the timestamps the driver's reset thread keeps: `reset_start_time` is stamped when a reset
+//! begins, `reset_end_time` when it has finished. While a reset is in progress the end is the previous one,
+//! so `end ≤ start`. Device bring-up counts as a reset that finished just before the op layer got the device.
+//!
+//! On V2 silicon a queue of an NC that is being reset hangs if work is handed to it: its marker never lands
+//! until the ring is re-initialised (`RST_Q`). The model reproduces that: while a reset of NC n is in
+//! progress, the engine hangs any runnable queue owned by NC n (its H2T queue and its SENG engines'
+//! queues) instead of executing it.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use udma::Arch;
+
+use crate::lock::lock;
+
+/// Jiffies clock the reset thread stamps with (the platform's).
+pub type JiffiesClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct NcResetTimes {
+    start: u64,
+    /// End of the latest *finished* reset.
+    end: u64,
+    /// When the reset in progress (if any) finishes.
+    finishes_at: Option<u64>,
+}
+
+/// The reset state of one device's NeuronCores.
+pub(crate) struct NcResets {
+    arch: Arch,
+    clock: OnceLock<JiffiesClock>,
+    ncs: Mutex<Vec<NcResetTimes>>,
+}
+
+impl std::fmt::Debug for NcResets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcResets").field("arch", &self.arch).field("ncs", &self.ncs).finish()
+    }
+}
+
+impl NcResets {
+    pub(crate) fn new(arch: Arch) -> Self {
+        NcResets {
+            arch,
+            clock: OnceLock::new(),
+            ncs: Mutex::new(vec![NcResetTimes::default(); arch.ncs_per_device() as usize]),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.get().map_or(0, |c| c())
+    }
+
+    /// Connects the clock and stamps the bring-up reset: finished one jiffy before now.
+    pub(crate) fn set_clock(&self, clock: JiffiesClock) {
+        let now = clock();
+        if self.clock.set(clock).is_ok() {
+            for t in lock(&self.ncs).iter_mut() {
+                *t = NcResetTimes { start: now.saturating_sub(2), end: now.saturating_sub(1), finishes_at: None };
+            }
+        }
+    }
+
+    /// Folds a reset whose time is up into the finished state.
+    fn settle(t: &mut NcResetTimes, now: u64) {
+        if let Some(at) = t.finishes_at {
+            if now >= at {
+                t.end = at;
+                t.finishes_at = None;
+            }
+        }
+    }
+
+    /// Starts a reset of `nc` now, finishing `duration` jiffies later (at least one).
+    pub(crate) fn begin(&self, nc: u32, duration: u64) -> bool {
+        let now = self.now();
+        let mut ncs = lock(&self.ncs);
+        let Some(t) = ncs.get_mut(nc as usize) else { return false };
+        Self::settle(t, now);
+        t.start = now;
+        t.finishes_at = Some(now + duration.max(1));
+        true
+    }
+
+    /// `(reset_start_time, reset_end_time)` of `nc` now.
+    pub(crate) fn times(&self, nc: u32) -> (u64, u64) {
+        let now = self.now();
+        let mut ncs = lock(&self.ncs);
+        match ncs.get_mut(nc as usize) {
+            Some(t) => {
+                Self::settle(t, now);
+                (t.start, t.end)
+            }
+            None => (0, 1),
+        }
+    }
+
+    /// Is a reset of `nc` in progress now?
+    pub(crate) fn in_progress(&self, nc: u32) -> bool {
+        let (start, end) = self.times(nc);
+        self.clock.get().is_some() && end <= start
+    }
+
+    /// The NC that owns queue `qid` of engine `eng`, if any.
+    fn owner(&self, eng: u32, qid: u32) -> Option<u32> {
+        let dhal = ndma::dhal(self.arch);
+        let ncs = dhal.ncs_per_device();
+        if eng < 16 * ncs {
+            return Some(eng / 16);
+        }
+        (0..ncs).find(|&nc| dhal.h2t_eng_id(nc) == eng && dhal.h2t_def_qid(nc) == qid)
+    }
+
+    /// The V2 bug: does work handed to queue `qid` of engine `eng` now hang?
+    pub(crate) fn hangs(&self, eng: u32, qid: u32) -> bool {
+        self.arch == Arch::V2 && self.owner(eng, qid).is_some_and(|nc| self.in_progress(nc))
+    }
+}
