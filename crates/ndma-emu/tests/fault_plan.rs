@@ -1,0 +1,134 @@
+//! Injected faults: hang, delay, bandwidth, descriptor corruption.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{config, poll, Rig, POLICIES};
+use ndma_emu::{CorruptField, CorruptOutcome, ExecPolicy, FaultKind, HostBuf, OrderingMode, PlannedFault};
+use udma::{Arch, Barrier, Direction, DmaMemory};
+
+/// A host source filled with 0x3c and an HBM destination; returns the source buffer (keep it alive) and
+/// both device addresses.
+fn small_copy(rig: &mut Rig, len: u64) -> (HostBuf, u64, u64) {
+    let src = rig.dev.host().alloc(len as usize, 4096).unwrap();
+    src.fill(0, len as usize, 0x3c).unwrap();
+    let s = rig.host_addr(&src, 0);
+    let dst = rig.dev.alloc_hbm(len, 4096).unwrap().pa;
+    (src, s, dst)
+}
+
+#[test]
+fn hang_stops_the_queue_until_reset() {
+    for exec in POLICIES {
+        for persistent in [false, true] {
+            let mut rig = Rig::new(Arch::V2, exec, OrderingMode::Relaxed);
+            let (_src, s, d) = small_copy(&mut rig, 8192);
+            rig.dev.fault_plan().add(PlannedFault::Hang { engine: rig.eng, qid: 0, persistent });
+            let n = rig.stage(s, d, 8192, Barrier::WriteBarrier) + 1;
+            rig.stage_marker();
+            rig.q.copy_start(&*rig.dev, n, n).unwrap();
+            assert!(poll(|| rig.dev.is_hung(rig.eng, 0)));
+            assert!(!rig.marker_landed(), "a hung queue never lands the marker");
+            assert_eq!(rig.dev.pending(rig.eng, 0, Direction::Tx), n);
+            assert!(rig.dev.faults().is_empty(), "a hang is silent");
+            // Re-init (RST_Q) clears the hang.
+            rig.q.reinit(&*rig.dev);
+            assert!(!rig.dev.is_hung(rig.eng, 0));
+            if persistent {
+                let n = rig.stage(s, d, 8192, Barrier::WriteBarrier) + 1;
+                rig.stage_marker();
+                rig.q.copy_start(&*rig.dev, n, n).unwrap();
+                assert!(poll(|| rig.dev.is_hung(rig.eng, 0)), "a persistent hang comes back");
+                rig.dev.fault_plan().clear();
+                rig.q.reinit(&*rig.dev);
+            } else {
+                assert!(rig.dev.fault_plan().entries().is_empty(), "one-shot entry consumed");
+            }
+            rig.copy(s, d, 8192, Barrier::WriteBarrier);
+        }
+    }
+}
+
+#[test]
+fn delay_slows_every_descriptor() {
+    for exec in POLICIES {
+        let mut rig = Rig::new(Arch::V3, exec, OrderingMode::Relaxed);
+        let (_src, s, d) = small_copy(&mut rig, 4 * 4096);
+        rig.dev.fault_plan().add(PlannedFault::Delay { engine: Some(rig.eng), per_desc_us: 2000 });
+        let start = Instant::now();
+        // 4 × 4 KiB (≤ 64 KiB each would be 1 pair; stage 4 pairs explicitly) + marker = 5 delays.
+        for i in 0..4 {
+            rig.q.copy_prepare_one(s + i * 4096, d + i * 4096, 4096, Barrier::None, false).unwrap();
+        }
+        rig.stage_marker();
+        rig.q.copy_start(&*rig.dev, 5, 5).unwrap();
+        assert!(rig.poll_marker());
+        // A lower bound only: the delays are waited out, so this cannot be flaky.
+        assert!(start.elapsed() >= Duration::from_millis(10), "{exec:?}: {:?}", start.elapsed());
+        rig.q.ack(5);
+        // Another engine is not delayed by an engine-specific entry.
+        assert_eq!(rig.dev.fault_plan().entries().len(), 1);
+    }
+}
+
+#[test]
+fn bandwidth_limit_throttles_copies() {
+    for exec in POLICIES {
+        let mut rig = Rig::new(Arch::V2, exec, OrderingMode::Strict);
+        let len = 4 << 20;
+        let (_src, s, d) = small_copy(&mut rig, len);
+        let rate = 100_000_000; // 100 MB/s: 4 MiB takes ≥ 41 ms
+        rig.dev.fault_plan().add(PlannedFault::Bandwidth { engine: None, bytes_per_sec: rate });
+        let start = Instant::now();
+        rig.copy(s, d, len, Barrier::WriteBarrier);
+        let min = Duration::from_secs_f64(len as f64 / rate as f64);
+        assert!(start.elapsed() >= min, "{exec:?}: {:?} < {min:?}", start.elapsed());
+        let mut got = vec![0; len as usize];
+        rig.dev.hbm_read(d, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 0x3c));
+    }
+}
+
+fn corrupt_run(seed: u64, exec: ExecPolicy) -> (Vec<ndma_emu::CorruptionReport>, Vec<ndma_emu::DmaFault>) {
+    let cfg = ndma_emu::EmuConfig { seed, ..config(Arch::V3, exec, OrderingMode::Relaxed) };
+    let mut rig = Rig::with(cfg, 129, 1, 64);
+    let (_src, s, d) = small_copy(&mut rig, 5 * 4096);
+    rig.dev.fault_plan().add(PlannedFault::Corrupt { engine: 129, qid: 1, nth: 2 });
+    for i in 0..5 {
+        rig.q.copy_prepare_one(s + i * 4096, d + i * 4096, 4096, Barrier::None, false).unwrap();
+    }
+    rig.stage_marker();
+    rig.q.copy_start(&*rig.dev, 6, 6).unwrap();
+    assert!(poll(|| !rig.dev.corruptions().is_empty()));
+    assert!(poll(|| !rig.dev.faults().is_empty() || rig.marker_landed()));
+    (rig.dev.corruptions(), rig.dev.faults())
+}
+
+#[test]
+fn corruption_is_caught_and_deterministic_by_seed() {
+    let mut fields = Vec::new();
+    for seed in 0..12u64 {
+        let (c, f) = corrupt_run(seed, ExecPolicy::Inline);
+        assert_eq!(c.len(), 1, "seed {seed}");
+        let c = c[0];
+        assert_eq!((c.engine, c.qid, c.slot), (129, 1, 2), "seed {seed}: the third fetch");
+        // Every field the model flips is caught with the default memory sizes.
+        let CorruptOutcome::Fault(kind) = c.outcome else { panic!("seed {seed}: benign {c:?}") };
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].kind, kind);
+        assert_eq!((f[0].m2s_head, f[0].s2m_head), (2, 2));
+        match c.field {
+            CorruptField::RingId => assert!(matches!(kind, FaultKind::PhaseMismatch { dir, .. } if dir == c.dir)),
+            CorruptField::Length => assert!(matches!(kind, FaultKind::LengthMismatch { .. })),
+            CorruptField::Address => assert!(matches!(kind, FaultKind::BadAddress { .. })),
+        }
+        // Same seed, same corruption — also under the threaded policy.
+        let (again, _) = corrupt_run(seed, ExecPolicy::Threaded);
+        assert_eq!(again, vec![c], "seed {seed}");
+        fields.push(c.field);
+    }
+    for f in [CorruptField::RingId, CorruptField::Length, CorruptField::Address] {
+        assert!(fields.contains(&f), "12 seeds should exercise {f:?}: {fields:?}");
+    }
+}
