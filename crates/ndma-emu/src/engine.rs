@@ -296,9 +296,10 @@ impl Engine {
                 r.pairs[qid].halted = true;
             }
         }
-        drop(exec);
+        // Counted before the exec lock is released, so a reset (which takes it) sees final counters.
         EngineCounters::add(&self.stats.descriptors, u64::from(done));
         EngineCounters::add(&self.stats.bytes, bytes);
+        drop(exec);
         if let Some(kind) = fault {
             tracing::warn!(engine = self.id, qid, ?kind, m2s_head = tx.head, s2m_head = rx.head, "queue halted");
             self.record(dev, DmaFault { engine: self.id, qid: qid as u32, kind, m2s_head: tx.head, s2m_head: rx.head });
