@@ -95,4 +95,36 @@ mod tests {
         assert_eq!(a.alloc(0x10000, 0x100), Some(0x1000));
         assert_eq!(a.alloc(1, 0x100), None);
     }
+
+    proptest::proptest! {
+        /// Live ranges never overlap, stay inside the space and are aligned; freeing everything merges the
+        /// free list back into one range.
+        #[test]
+        fn ranges_never_overlap(ops in proptest::collection::vec((1u64..5000, 0u32..6, proptest::bool::ANY), 1..80)) {
+            let (base, size) = (0x1000u64, 0x10_0000u64);
+            let a = RangeAllocator::new(base, size);
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            for (len, align_log, free_one) in ops {
+                if free_one && !live.is_empty() {
+                    let (at, l) = live.remove(len as usize % live.len());
+                    proptest::prop_assert!(a.free(at, l));
+                    continue;
+                }
+                let align = 64u64 << align_log;
+                if let Some(at) = a.alloc(len, align) {
+                    proptest::prop_assert_eq!(at % align, 0);
+                    proptest::prop_assert!(at >= base && at + len <= base + size);
+                    for &(o, ol) in &live {
+                        proptest::prop_assert!(at + len <= o || o + ol <= at, "{at:#x}+{len} overlaps {o:#x}+{ol}");
+                    }
+                    live.push((at, len));
+                }
+            }
+            for (at, l) in live {
+                proptest::prop_assert!(a.free(at, l));
+            }
+            proptest::prop_assert_eq!(a.free_bytes(), size);
+            proptest::prop_assert_eq!(lock(&a.free).len(), 1);
+        }
+    }
 }

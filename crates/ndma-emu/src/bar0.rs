@@ -274,4 +274,24 @@ mod tests {
             assert_eq!(m.decode(!3), None);
         }
     }
+
+    proptest::proptest! {
+        /// The sorted-table decode agrees with the arch's linear `engine_at` for any offset.
+        #[test]
+        fn decode_agrees_with_engine_at(off in 0u64..0xC000_0000, v3: bool) {
+            let arch = if v3 { Arch::V3 } else { Arch::V2 };
+            let off = off & !3;
+            let m = Bar0Map::new(arch);
+            let eng = match m.decode(off) {
+                Some(Target::State { eng, .. } | Target::ChangeState { eng, .. } | Target::Queue { eng, .. }) => Some(eng),
+                None => None,
+            };
+            if let Some(e) = eng {
+                proptest::prop_assert_eq!(arch.engine_at(off).map(|x| x.0), Some(e));
+            }
+            if arch.engine_at(off).is_none() {
+                proptest::prop_assert_eq!(eng, None);
+            }
+        }
+    }
 }

@@ -93,6 +93,15 @@ pub(crate) struct Engine {
     pub(crate) stats: EngineCounters,
 }
 
+/// Longest single wait a fault-plan entry can impose (keeps `Instant` arithmetic from overflowing on absurd
+/// plan values).
+const MAX_INJECTED_WAIT: Duration = Duration::from_secs(3600);
+
+/// `base + d`, saturating at `MAX_INJECTED_WAIT` past `base`.
+fn later(base: Instant, d: Duration) -> Instant {
+    base + d.min(MAX_INJECTED_WAIT)
+}
+
 fn wait_until(deadline: Instant) {
     loop {
         let now = Instant::now();
@@ -100,6 +109,7 @@ fn wait_until(deadline: Instant) {
             return;
         }
         let left = deadline - now;
+        // Sleep through most of a long wait (leaving the core to others), yield through the tail.
         if left > Duration::from_micros(200) {
             std::thread::sleep(left - Duration::from_micros(100));
         } else {
@@ -401,7 +411,7 @@ impl Engine {
                 self.drain(dev, exec);
             }
             if delay_us > 0 {
-                wait_until(Instant::now() + Duration::from_micros(delay_us.saturating_mul(op.descs)));
+                wait_until(later(Instant::now(), Duration::from_micros(delay_us.saturating_mul(op.descs))));
             }
             let start = Instant::now();
             if posts && op.copy.dst.space == Space::Hbm {
@@ -420,7 +430,7 @@ impl Engine {
                 // Token bucket of depth one copy: this copy "finishes" len/rate after the later of now and
                 // the previous copy's finish; the engine waits for that before going on.
                 let begin = exec.next_free.filter(|t| *t > start).unwrap_or(start);
-                let finish = begin + Duration::from_secs_f64(op.copy.len as f64 / rate as f64);
+                let finish = later(begin, Duration::from_secs_f64(op.copy.len as f64 / rate as f64));
                 exec.next_free = Some(finish);
                 wait_until(finish);
             }
