@@ -1,0 +1,7 @@
+//! One module per command.
+
+pub mod bench;
+pub mod copy;
+pub mod demo;
+pub mod inspect;
+pub mod memset;

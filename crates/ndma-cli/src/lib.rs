@@ -1,0 +1,12 @@
+//! The `ndma` command: the Neuron DMA op layer (`ndma`) driven over the emulated device (`ndma-emu`).
+//!
+//! - [`cli`]: the command line and dispatch;
+//! - [`cmd`]: one module per command (`demo`, `inspect`, `copy`, `memset`, `bench`);
+//! - [`util`]: size parsing, patterns and chunk I/O, testbed and windows, timing and the memcpy baseline,
+//!   tables;
+//! - [`error`]: the CLI error with errno and exit code.
+
+pub mod cli;
+pub mod cmd;
+pub mod error;
+pub mod util;

@@ -1,0 +1,9 @@
+//! Helpers shared by the commands.
+
+pub mod bed;
+pub mod measure;
+pub mod pattern;
+pub mod report;
+pub mod size;
+pub mod table;
+pub mod timing;
