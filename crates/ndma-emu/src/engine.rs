@@ -70,6 +70,8 @@ struct Op {
     drain_before: bool,
     /// TX meta WRITE_BARRIER: posted writes (its own included) drain right after it.
     write_barrier: bool,
+    /// The fault plan dropped this pair's write (`PlannedFault::DropMarker`).
+    dropped: bool,
 }
 
 /// State owned by whoever executes: guarded by the exec lock.
@@ -378,11 +380,13 @@ impl Engine {
         }
         let src = dev.map.decode(t.src, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: t.src, len: tl })?;
         let dst = dev.map.decode(r.dst, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: r.dst, len: tl })?;
+        let marker_shaped = tl == 4 && src.space == Space::Host && dst.space == Space::Host;
         Ok(Op {
             copy: Copy { src, dst, len: tl as usize },
             descs: 1,
             drain_before: t.len_ctrl.dmb() || r.len_ctrl.sow(),
             write_barrier: t.meta_ctrl.write_barrier(),
+            dropped: marker_shaped && dev.plan.take_drop_marker(self.id, qid as u32),
         })
     }
 
@@ -397,13 +401,14 @@ impl Engine {
             let mut op = ops[i];
             i += 1;
             // Merge contiguous descriptors into one memmove unless a barrier sits between them.
-            while i < ops.len() && !op.write_barrier && !ops[i].drain_before {
+            while i < ops.len() && !op.write_barrier && !ops[i].drain_before && !op.dropped && !ops[i].dropped {
                 let Some(m) = op.copy.merged(&ops[i].copy) else { break };
                 op = Op {
                     copy: m,
                     descs: op.descs + 1,
                     drain_before: op.drain_before,
                     write_barrier: ops[i].write_barrier,
+                    dropped: false,
                 };
                 i += 1;
             }
@@ -414,7 +419,9 @@ impl Engine {
                 wait_until(later(Instant::now(), Duration::from_micros(delay_us.saturating_mul(op.descs))));
             }
             let start = Instant::now();
-            if posts && op.copy.dst.space == Space::Hbm {
+            if op.dropped {
+                tracing::debug!(engine = self.id, "marker write dropped by the fault plan");
+            } else if posts && op.copy.dst.space == Space::Hbm {
                 exec.posted.post(op.copy);
             } else {
                 if !exec.posted.is_empty() && exec.posted.conflicts(&op.copy) {

@@ -110,6 +110,15 @@ pub enum PlannedFault {
         /// Sustained rate.
         bytes_per_sec: u64,
     },
+    /// The next completion-marker-shaped pair on queue `qid` of `engine` — a 4-byte copy from host memory to
+    /// host memory — executes (its slots are consumed) but its write is lost: the CPU never sees the marker.
+    /// One-shot; the queue is not halted and later batches complete normally.
+    DropMarker {
+        /// Engine id.
+        engine: u32,
+        /// Queue id.
+        qid: u32,
+    },
     /// The `nth` descriptor pair (0-based, counted from when the entry is added) fetched on queue `qid` of
     /// `engine` has one seeded-random bit flipped in a ring id, a length or an address, in the engine's
     /// fetched copy (ring memory is untouched). One-shot; see [`EmuDevice::corruptions`](crate::EmuDevice).
@@ -246,6 +255,25 @@ impl FaultPlan {
                     p.entries.remove(i);
                     self.update_active(&p);
                 }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the marker-shaped write about to execute on (`engine`, `qid`) is dropped; consumes the entry.
+    pub(crate) fn take_drop_marker(&self, engine: u32, qid: u32) -> bool {
+        if !self.is_active() {
+            return false;
+        }
+        let mut p = lock(&self.inner);
+        let hit = p.entries.iter().position(
+            |e| matches!(e.fault, PlannedFault::DropMarker { engine: en, qid: q } if en == engine && q == qid),
+        );
+        match hit {
+            Some(i) => {
+                p.entries.remove(i);
+                self.update_active(&p);
                 true
             }
             None => false,

@@ -132,3 +132,27 @@ fn corruption_is_caught_and_deterministic_by_seed() {
         assert!(fields.contains(&f), "12 seeds should exercise {f:?}: {fields:?}");
     }
 }
+
+#[test]
+fn dropped_marker_never_lands_but_the_queue_moves_on() {
+    for exec in POLICIES {
+        let mut rig = Rig::new(Arch::V2, exec, OrderingMode::Relaxed);
+        let (_src, s, d) = small_copy(&mut rig, 8192);
+        rig.dev.fault_plan().add(PlannedFault::DropMarker { engine: rig.eng, qid: 0 });
+        let n = rig.stage(s, d, 8192, Barrier::WriteBarrier) + 1;
+        rig.stage_marker();
+        rig.q.copy_start(&*rig.dev, n, n).unwrap();
+        // The engine consumes every slot, data included, but the marker write is lost.
+        assert!(poll(|| rig.dev.pending(rig.eng, 0, Direction::Rx) == 0));
+        assert!(poll(|| rig.dev.engine_stats(rig.eng).unwrap().descriptors == u64::from(n)));
+        assert!(!rig.marker_landed());
+        assert!(rig.dev.faults().is_empty());
+        assert!(rig.dev.fault_plan().entries().is_empty());
+        let mut got = vec![0; 8192];
+        rig.dev.hbm_read(d, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 0x3c));
+        // The op layer's timeout path would ack and go on; the next batch completes.
+        rig.q.ack(n);
+        rig.copy(s, d, 8192, Barrier::WriteBarrier);
+    }
+}
