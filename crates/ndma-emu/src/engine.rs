@@ -244,10 +244,12 @@ impl Engine {
     /// runnable.
     fn step(&self, dev: &DeviceCore) -> bool {
         let mut exec = lock(&self.exec);
-        let plan_active = dev.plan.is_active();
         let (qid, mut tx, mut rx, budget) = {
             let mut r = lock(&self.regs);
             let Some(qid) = r.pick() else { return false };
+            // Read after taking `regs`: a plan entry added before the doorbell that handed us this work
+            // happens-before this load (through the regs mutex), so it cannot be missed.
+            let plan_active = dev.plan.is_active();
             if dev.resets.hangs(self.id, qid as u32) {
                 tracing::debug!(engine = self.id, qid, "V2 queue hung: doorbell during a NeuronCore reset");
                 r.pairs[qid].hung = true;
