@@ -16,6 +16,7 @@ use crate::nc_reset::{JiffiesClock, NcResets};
 use crate::ordering::OrderingMode;
 use crate::stats::EngineStats;
 use crate::system::ExecPolicy;
+use crate::trace::{EngineEvent, Trace};
 use crate::{EmuError, HostMemory, MemSpace};
 
 /// What the engines and their workers share.
@@ -32,6 +33,7 @@ pub(crate) struct DeviceCore {
     pub(crate) shutdown: AtomicBool,
     pub(crate) workers: Mutex<Vec<JoinHandle<()>>>,
     pub(crate) resets: NcResets,
+    pub(crate) trace: Trace,
 }
 
 impl DeviceCore {
@@ -87,6 +89,7 @@ impl EmuDevice {
             shutdown: AtomicBool::new(false),
             workers: Mutex::new(Vec::new()),
             resets: NcResets::new(arch),
+            trace: Trace::default(),
         };
         Ok(EmuDevice { core: Arc::new(core), bar0: Bar0Map::new(arch), arch })
     }
@@ -224,6 +227,17 @@ impl EmuDevice {
     /// Posted (not yet landed) HBM writes on engine `eng`, after merging contiguous ones.
     pub fn posted_writes(&self, eng: u32) -> usize {
         self.engine(eng).map_or(0, Engine::posted_len)
+    }
+
+    /// Starts (or stops) recording an engine timeline; see [`EmuDevice::take_trace`].
+    pub fn set_trace(&self, enabled: bool) {
+        self.core.trace.set_enabled(enabled);
+    }
+
+    /// Removes and returns the recorded engine events, in the order they ended (a batch is recorded after
+    /// the drains it contains).
+    pub fn take_trace(&self) -> Vec<EngineEvent> {
+        self.core.trace.take()
     }
 
     /// Lets every engine's posted writes land (waiting for in-flight batches).

@@ -31,6 +31,7 @@ use crate::lock::lock;
 use crate::ordering::{OrderingMode, PostedWrites};
 use crate::stats::EngineCounters;
 use crate::system::ExecPolicy;
+use crate::trace::{EngineEvent, EngineEventKind};
 
 /// Most descriptor pairs one batch fetches before releasing the exec lock. It bounds how long a reset waits
 /// (at most 4096 × 64 KiB = 256 MiB of copying, tens of ms) and it is large enough that a whole op-layer
@@ -135,6 +136,11 @@ impl Engine {
     /// A doorbell: hand `count` more descriptors of ring `dir` of queue `qid` to the engine.
     pub(crate) fn doorbell(&self, dev: &Arc<DeviceCore>, dir: Direction, qid: usize, count: u32) {
         EngineCounters::add(&self.stats.doorbells, 1);
+        if dev.trace.enabled() {
+            let now = Instant::now();
+            let kind = EngineEventKind::Doorbell { dir, count };
+            dev.trace.record(EngineEvent { engine: self.id, qid: qid as u32, kind, start: now, end: now });
+        }
         let rejected = {
             let mut r = lock(&self.regs);
             let q = &mut r.queues[qid][dir_index(dir)];
@@ -231,12 +237,23 @@ impl Engine {
     pub(crate) fn drain(&self, dev: &DeviceCore, exec: &mut ExecState) {
         if !exec.posted.is_empty() {
             EngineCounters::add(&self.stats.drains, 1);
+            let start = Instant::now();
             exec.posted.drain(&dev.map);
+            let kind = EngineEventKind::Drain;
+            dev.trace.record(EngineEvent { engine: self.id, qid: u32::MAX, kind, start, end: Instant::now() });
         }
     }
 
     fn record(&self, dev: &DeviceCore, f: DmaFault) {
         EngineCounters::add(&self.stats.faults, 1);
+        let now = Instant::now();
+        dev.trace.record(EngineEvent {
+            engine: f.engine,
+            qid: f.qid,
+            kind: EngineEventKind::Fault(f.kind),
+            start: now,
+            end: now,
+        });
         lock(&dev.faults).push(f);
     }
 
@@ -272,6 +289,7 @@ impl Engine {
             (qid, cursor(&t), cursor(&x), budget)
         };
 
+        let start = dev.trace.enabled().then(Instant::now);
         let mut ops = std::mem::take(&mut exec.scratch);
         ops.clear();
         let mut fault = None;
@@ -309,6 +327,10 @@ impl Engine {
             if fault.is_some() {
                 r.pairs[qid].halted = true;
             }
+        }
+        if let Some(start) = start.filter(|_| done > 0) {
+            let kind = EngineEventKind::Batch { descriptors: done, bytes };
+            dev.trace.record(EngineEvent { engine: self.id, qid: qid as u32, kind, start, end: Instant::now() });
         }
         // Counted before the exec lock is released, so a reset (which takes it) sees final counters.
         EngineCounters::add(&self.stats.descriptors, u64::from(done));

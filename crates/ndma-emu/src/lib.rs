@@ -10,7 +10,7 @@
 //! - `addr_map`: how an engine address selects host DRAM or HBM;
 //! - `bar0`: register decode and storage; `engine`: descriptor execution; `worker`: the threaded policy;
 //! - [`ordering`]: the fabric ordering model; [`faults`]: recorded faults and the fault plan;
-//! - [`system`]: configuration and the instance; [`stats`]: counters.
+//! - [`system`]: configuration and the instance; [`stats`]: counters; `trace`: an optional engine timeline.
 #![warn(missing_docs)]
 
 mod addr_map;
@@ -31,6 +31,7 @@ mod platform;
 pub mod stats;
 pub mod system;
 mod testbed;
+mod trace;
 mod worker;
 
 pub use addr_map::Space;
@@ -48,4 +49,5 @@ pub use ordering::OrderingMode;
 pub use platform::{ClockKind, EmuPlatform, HZ};
 pub use stats::EngineStats;
 pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};
+pub use trace::{EngineEvent, EngineEventKind};
 pub use testbed::{device_hw, Testbed, TestbedConfig, TestbedError};
