@@ -37,7 +37,8 @@ impl HostMemory {
         &self.space
     }
 
-    /// Allocates `len` bytes aligned to `align` (at least [`HOST_MIN_ALIGN`]). The contents are whatever a
+    /// Allocates `len` bytes aligned to `align` (at least [`HOST_MIN_ALIGN`]). The alignment applies to the
+    /// physical address; the CPU pointer is aligned to `min(align, page size)`. The contents are whatever a
     /// previous owner left (zero for never-used memory). The range is freed when the [`HostBuf`] drops.
     ///
     /// # Errors

@@ -49,5 +49,5 @@ pub use ordering::OrderingMode;
 pub use platform::{ClockKind, EmuPlatform, HZ};
 pub use stats::EngineStats;
 pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};
-pub use trace::{EngineEvent, EngineEventKind};
 pub use testbed::{device_hw, Testbed, TestbedConfig, TestbedError};
+pub use trace::{EngineEvent, EngineEventKind};
