@@ -65,6 +65,31 @@ impl FaultKind {
     }
 }
 
+impl core::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            FaultKind::PhaseMismatch { dir, expected, found } => {
+                write!(f, "{dir} descriptor carries ring id {found}, expected {expected}")
+            }
+            FaultKind::LengthMismatch { tx, rx } => write!(f, "TX length {tx} differs from RX length {rx}"),
+            FaultKind::BadAddress { addr, len } => write!(f, "address {addr:#x} (+{len:#x}) is outside memory"),
+            FaultKind::BadDoorbell { dir, count, ring_len, pending } => {
+                write!(f, "{dir} doorbell of {count} ignored (ring of {ring_len} descriptors, {pending} pending)")
+            }
+        }
+    }
+}
+
+impl core::fmt::Display for DmaFault {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "engine {} queue {}: {} (M2S head {}, S2M head {})",
+            self.engine, self.qid, self.kind, self.m2s_head, self.s2m_head
+        )
+    }
+}
+
 /// `status` register bit set while a queue pair is halted by a fault; the low bits say which kind.
 pub const QUEUE_STATUS_HALTED: u32 = 1 << 31;
 
@@ -341,5 +366,43 @@ impl FaultPlan {
             _ => (CorruptField::Address, 40 + ((r >> 8) % 4) as u32),
         };
         Some(Corruption { dir, field, bit })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_read_well() {
+        let f = DmaFault {
+            engine: 33,
+            qid: 0,
+            kind: FaultKind::PhaseMismatch { dir: Direction::Tx, expected: 1, found: 2 },
+            m2s_head: 5,
+            s2m_head: 5,
+        };
+        assert_eq!(
+            f.to_string(),
+            "engine 33 queue 0: TX (M2S) descriptor carries ring id 2, expected 1 (M2S head 5, S2M head 5)"
+        );
+        assert_ne!(f.kind.status_code() & QUEUE_STATUS_HALTED, 0);
+    }
+
+    #[test]
+    fn corruption_choice_is_a_function_of_the_seed() {
+        let pick = |seed| {
+            let p = FaultPlan::new(seed);
+            p.add(PlannedFault::Corrupt { engine: 1, qid: 2, nth: 1 });
+            assert_eq!(p.on_fetch(1, 2), None);
+            assert_eq!(p.on_fetch(1, 3), None, "another queue does not count");
+            let c = p.on_fetch(1, 2);
+            assert!(c.is_some());
+            assert!(!p.is_active(), "one-shot");
+            c
+        };
+        for seed in 0..20 {
+            assert_eq!(pick(seed), pick(seed));
+        }
     }
 }
