@@ -227,7 +227,13 @@ impl Engine {
 
     /// Executes until nothing is runnable; in Relaxed mode, then lets posted writes land.
     pub(crate) fn run_until_idle(&self, dev: &DeviceCore) {
-        while self.step(dev) {}
+        self.run_until_idle_or_stopped(dev, &|| false);
+    }
+
+    /// As [`Engine::run_until_idle`], but gives up between batches once `stop()` says so (a worker whose
+    /// device is shutting down must not first work through a backlog slowed down by the fault plan).
+    pub(crate) fn run_until_idle_or_stopped(&self, dev: &DeviceCore, stop: &dyn Fn() -> bool) {
+        while !stop() && self.step(dev) {}
         if dev.ordering == OrderingMode::Relaxed {
             let mut exec = lock(&self.exec);
             self.drain(dev, &mut exec);

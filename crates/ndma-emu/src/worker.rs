@@ -53,7 +53,7 @@ fn run(dev: &DeviceCore, eng: u32) {
         }
         // Acquire pairs with the doorbell's Release increment (see `Engine::wake`).
         let seen = e.kick.load(Ordering::Acquire);
-        e.run_until_idle(dev);
+        e.run_until_idle_or_stopped(dev, &stopping);
         let until = Instant::now() + IDLE_SPIN;
         while e.kick.load(Ordering::Acquire) == seen && !stopping() && Instant::now() < until {
             std::hint::spin_loop();

@@ -105,3 +105,21 @@ fn dropping_the_system_with_a_hung_queue_joins_the_workers() {
     assert!(dev.is_hung(128, 0));
     drop((q, marker, src, dev));
 }
+
+#[test]
+fn shutdown_does_not_wait_for_a_delayed_backlog() {
+    let mut rig = Rig::new(Arch::V2, ExecPolicy::Threaded, OrderingMode::Relaxed);
+    let src = rig.dev.host().alloc(4096, 4096).unwrap();
+    let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
+    let s = rig.host_addr(&src, 0);
+    // 200 pairs at 50 ms each would keep a worker busy for 10 s.
+    rig.dev.fault_plan().add(PlannedFault::Delay { engine: Some(rig.eng), per_desc_us: 50_000 });
+    for _ in 0..200 {
+        rig.q.copy_prepare_one(s, dst.pa, 64, Barrier::None, false).unwrap();
+    }
+    rig.q.copy_start(&*rig.dev, 200, 200).unwrap();
+    assert!(poll(|| rig.dev.engine_stats(rig.eng).unwrap().descriptors >= 1));
+    // Shutdown stops the worker after its in-flight descriptor; the backlog stays pending.
+    rig.dev.shutdown();
+    assert!(rig.dev.pending(rig.eng, 0, Direction::Tx) > 0);
+}
