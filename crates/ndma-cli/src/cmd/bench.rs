@@ -16,10 +16,10 @@ use serde::Serialize;
 use crate::cli::BenchArgs;
 use crate::error::{CliError, CliResult, OpContext};
 use crate::util::bed::{testbed, BedOpts, Dir, Window};
-use crate::util::measure;
+use crate::util::measure::{retry_timeouts, Rig};
 use crate::util::size::fmt_size;
 use crate::util::table::{fmt_gbps, fmt_ratio, Table};
-use crate::util::timing::{gbps, Baseline};
+use crate::util::timing::gbps;
 
 /// Sizes of the sync cases.
 pub const SYNC_SIZES: [u64; 5] = [4096, 65536, 1 << 20, 16 << 20, 256 << 20];
@@ -57,6 +57,9 @@ pub struct Case {
     /// Copies in an async stream.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_copies: Option<u64>,
+    /// Timed operations that hit the poll budget and were retried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<u64>,
     /// Round trip: median ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub median_ns: Option<u64>,
@@ -81,6 +84,7 @@ impl Case {
             sync_gbps: None,
             async_over_sync: None,
             stream_copies: None,
+            timeouts: None,
             median_ns: None,
             p99_ns: None,
             first_wait_ns: None,
@@ -109,15 +113,16 @@ struct Params {
     samples: u32,
     max_size: u64,
     stream_bytes: u64,
+    min_stream_copies: u64,
     roundtrips: usize,
 }
 
 impl Params {
     fn new(quick: bool) -> Params {
         if quick {
-            Params { samples: 1, max_size: 16 << 20, stream_bytes: 8 << 20, roundtrips: 2000 }
+            Params { samples: 1, max_size: 16 << 20, stream_bytes: 8 << 20, min_stream_copies: 2, roundtrips: 2000 }
         } else {
-            Params { samples: 5, max_size: 256 << 20, stream_bytes: 64 << 20, roundtrips: 50_000 }
+            Params { samples: 5, max_size: 256 << 20, stream_bytes: 64 << 20, min_stream_copies: 8, roundtrips: 50_000 }
         }
     }
 }
@@ -140,29 +145,52 @@ pub fn run(opts: BedOpts, a: &BenchArgs) -> CliResult {
         if opts.emulation_budgets { "emulation" } else { "silicon" },
         if a.quick { "; --quick: 1 sample, no 256 MiB cases, short streams" } else { "" }
     );
+    println!("timeouts = timed operations that hit the poll budget and were retried (a round trip is never retried)");
     let mut cases = Vec::new();
-    let mut baseline = Baseline::new();
-    let mut t = Table::new(&["case", "mode", ">size", ">GB/s", ">memcpy GB/s", ">ratio", ">sync GB/s", ">async/sync"]);
+    let mut rig = Rig::new(dev, emu, 0, p.samples, p.max_size)?;
+    let mut t = Table::new(&[
+        "case",
+        "mode",
+        ">size",
+        ">GB/s",
+        ">memcpy GB/s",
+        ">ratio",
+        ">sync GB/s",
+        ">async/sync",
+        ">timeouts",
+    ]);
 
     for dir in Dir::ALL {
         for size in SYNC_SIZES.into_iter().filter(|&s| s <= p.max_size) {
-            let m = measure::sync_copy(dev, emu, &mut baseline, dir, size, 0, p.samples)?;
+            let m = rig.sync_copy(dir, size)?;
             let mut c = Case::new(dir.name(), &arch, "sync", size);
             let (g, mg) = (gbps(size, m.op), gbps(size, m.memcpy));
-            (c.gbps, c.memcpy_gbps, c.ratio) = (Some(g), Some(mg), Some(g / mg));
-            t.row(vec![dir.name().into(), "sync".into(), fmt_size(size), fmt_gbps(g), fmt_gbps(mg), fmt_ratio(g / mg)]);
+            (c.gbps, c.memcpy_gbps, c.ratio, c.timeouts) = (Some(g), Some(mg), Some(g / mg), Some(m.stats.timeouts));
+            t.row(vec![
+                dir.name().into(),
+                "sync".into(),
+                fmt_size(size),
+                fmt_gbps(g),
+                fmt_gbps(mg),
+                fmt_ratio(g / mg),
+                String::new(),
+                String::new(),
+                m.stats.timeouts.to_string(),
+            ]);
             cases.push(c);
         }
     }
     for dir in ASYNC_DIRS {
         for size in ASYNC_SIZES {
-            let count = (p.stream_bytes / size).max(8);
-            let s = measure::stream(dev, emu, &mut baseline, dir, size, count, 0, p.samples)?;
+            let count = (p.stream_bytes / size).max(p.min_stream_copies);
+            let s = rig.stream(dir, size, count)?;
             let bytes = size * count;
             let (g, sg, mg) = (gbps(bytes, s.async_t), gbps(bytes, s.sync_t), gbps(bytes, s.memcpy_t));
             let mut c = Case::new(dir.name(), &arch, "async", size);
             (c.gbps, c.memcpy_gbps, c.ratio) = (Some(g), Some(mg), Some(g / mg));
             (c.sync_gbps, c.async_over_sync, c.stream_copies) = (Some(sg), Some(g / sg), Some(count));
+            let timeouts = s.async_stats.timeouts + s.sync_stats.timeouts;
+            c.timeouts = Some(timeouts);
             t.row(vec![
                 dir.name().into(),
                 format!("async ×{count}"),
@@ -172,11 +200,12 @@ pub fn run(opts: BedOpts, a: &BenchArgs) -> CliResult {
                 fmt_ratio(g / mg),
                 fmt_gbps(sg),
                 fmt_ratio(g / sg),
+                timeouts.to_string(),
             ]);
             cases.push(c);
         }
     }
-    baseline.release();
+    drop(rig);
     let rt = roundtrip(dev, emu, &arch, p.roundtrips)?;
     print!("{}", t.render());
     let (med, p99, fw) = (rt.median_ns.unwrap_or(0), rt.p99_ns.unwrap_or(0), rt.first_wait_ns.unwrap_or(0));
@@ -202,7 +231,7 @@ fn roundtrip(dev: &ndma::NeuronDevice, emu: &ndma_emu::EmuDevice, arch: &str, n:
     const SIZE: u64 = 4096;
     let w = Window::new(dev, emu, Dir::H2d, SIZE, 0, 0x4b)?;
     for _ in 0..(n / 10).max(100) {
-        w.copy(0, SIZE).op_ctx(|| "roundtrip_4k warm-up")?;
+        retry_timeouts(|| w.copy(0, SIZE)).op_ctx(|| "roundtrip_4k warm-up")?;
     }
     w.reset_dst()?;
     let mut ns = Vec::with_capacity(n);

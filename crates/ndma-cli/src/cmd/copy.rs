@@ -8,7 +8,7 @@ use ndma_emu::ExecPolicy;
 
 use crate::cli::CopyArgs;
 use crate::error::{CliError, CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, Window, GUARD};
+use crate::util::bed::{testbed, BedOpts, Dir, Window, GUARD};
 use crate::util::report::{counters_table, engine_delta, with_progress};
 use crate::util::size::fmt_size;
 use crate::util::table::fmt_gbps;
@@ -35,7 +35,9 @@ pub fn run(opts: BedOpts, a: &CopyArgs) -> CliResult {
     let (eng, _) = dev.h2t_queue(a.nc).op_ctx(|| "choosing the H2T ring")?;
     let w = Window::new(dev, emu, a.dir, total, a.nc, 0xc0b1)?;
     // Start the engine's worker thread (spawned on its first doorbell) with a small untimed copy elsewhere.
-    Window::new(dev, emu, a.dir, 4096, a.nc, 1)?.copy(0, 4096).op_ctx(|| "warm-up copy")?;
+    // Host→device, whatever the direction: its budget (40 ms on V2) covers the thread start; a small
+    // device→device batch's silicon budget (~210 µs) may not.
+    Window::new(dev, emu, Dir::H2d, 4096, a.nc, 1)?.copy(0, 4096).op_ctx(|| "warm-up copy")?;
     let before = dev.ring_stats(a.nc).op_ctx(|| "reading ring counters")?;
     let eng_before = emu.engine_stats(eng).unwrap_or_default();
     let what = format!("{} copy of {} bytes", a.dir.name(), a.size);

@@ -1,0 +1,167 @@
+//! The `ndma` binary end to end. No wall-clock thresholds: only exit codes and printed structure.
+//!
+//! Commands that run threaded engines pass `--emulation-budgets`: these tests share two cores with the rest
+//! of the suite, and a small device→device batch's silicon budget (~210 µs) is shorter than a descheduled
+//! engine worker's stall.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn ndma(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ndma")).args(args).env("RUST_LOG", "off").output().expect("run ndma")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = ndma(args);
+    assert!(
+        o.status.success(),
+        "ndma {args:?} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// Rows of the inspect table: (index, length, whole line).
+fn inspect_rows(out: &str) -> Vec<(usize, u32, String)> {
+    out.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let idx = f.next()?.parse().ok()?;
+            let _phase: u8 = f.next()?.parse().ok()?;
+            let _tx = f.next()?;
+            let _rx = f.next()?;
+            let len = f.next()?.parse().ok()?;
+            Some((idx, len, l.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn inspect_200000_shows_four_data_pairs_then_the_marker() {
+    let out = ok(&["inspect", "--size", "200000"]);
+    let rows = inspect_rows(&out);
+    let data: Vec<_> = rows.iter().filter(|r| r.2.contains(" data")).collect();
+    let markers: Vec<_> = rows.iter().filter(|r| r.2.contains("marker")).collect();
+    assert_eq!(data.iter().map(|r| r.1).collect::<Vec<_>>(), [65536, 65536, 65536, 3392], "{out}");
+    assert_eq!(markers.len(), 1, "{out}");
+    assert_eq!(rows.len(), 5, "{out}");
+    let marker = markers[0];
+    assert_eq!((marker.0, marker.1), (4, 4), "the marker is the 4-byte pair after the data: {out}");
+    assert!(marker.2.contains("completion+0 → +4"), "{out}");
+    for (i, r) in data.iter().enumerate() {
+        assert_eq!(r.0, i, "data pairs come first, in order: {out}");
+        assert!(r.2.contains("FIRST|LAST"), "{out}");
+        assert_eq!(r.2.contains("WRITE_BARRIER"), i == 3, "only the last data pair has the write barrier: {out}");
+    }
+    assert!(!marker.2.contains("WRITE_BARRIER"), "{out}");
+    assert!(out.contains("carries WRITE_BARRIER: yes"), "{out}");
+}
+
+#[test]
+fn inspect_works_in_every_direction() {
+    for dir in ["h2d", "d2h", "d2d", "h2h"] {
+        let out = ok(&["inspect", "--size", "64K", "--dir", dir, "--raw"]);
+        let rows = inspect_rows(&out);
+        assert_eq!(rows.len(), 2, "{dir}: one 64 KiB data pair and the marker\n{out}");
+        assert!(rows[0].2.contains("WRITE_BARRIER") && rows[1].2.contains("marker"), "{dir}\n{out}");
+    }
+}
+
+#[test]
+fn memset_100k_exits_zero() {
+    let out = ok(&["--emulation-budgets", "memset", "--size", "100K", "--value", "0x5a"]);
+    assert!(out.contains("verified"), "{out}");
+    assert!(out.contains("transfers"), "{out}");
+}
+
+#[test]
+fn copy_d2h_1m_exits_zero() {
+    let out = ok(&["--emulation-budgets", "copy", "--dir", "d2h", "--size", "1M"]);
+    assert!(out.contains("verified byte-exact"), "{out}");
+    assert!(out.contains("descriptors") && out.contains("GB/s"), "{out}");
+}
+
+#[test]
+fn async_copy_stream_exits_zero_and_oversized_async_is_refused() {
+    let out = ok(&["--emulation-budgets", "copy", "--dir", "h2d", "--size", "64K", "--async", "16"]);
+    assert!(out.contains("16 async copies"), "{out}");
+    // One batch holds 2031 × 64 KiB; 128 MiB is more: the op layer's -EINVAL.
+    let o = ndma(&["--emulation-budgets", "copy", "--dir", "h2d", "--size", "128M", "--async", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("too large") && stderr(&o).contains("errno -22"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_instance_exits_non_zero_with_the_valid_names() {
+    let o = ndma(&["--instance", "p4d.24xlarge", "inspect", "--size", "4K"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("p4d.24xlarge") && err.contains("trn1.2xlarge") && err.contains("trn2.48xlarge"), "{err}");
+}
+
+#[test]
+fn bad_sizes_and_values_are_rejected_with_a_message() {
+    for size in ["12X", "abc", "1.5M", "-4K", ""] {
+        let o = ndma(&["inspect", &format!("--size={size}")]);
+        assert!(!o.status.success(), "{size:?} accepted");
+        assert!(stderr(&o).contains("invalid"), "{size:?}: {}", stderr(&o));
+    }
+    let o = ndma(&["memset", "--size", "4K", "--value", "300"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("0..=255"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_missing_nc_is_the_op_layers_einval() {
+    let o = ndma(&["inspect", "--size", "4K", "--nc", "7"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("errno -22, EINVAL"), "{}", stderr(&o));
+}
+
+#[test]
+fn quick_bench_writes_json_with_every_required_case() {
+    let path: PathBuf = std::env::temp_dir().join(format!("ndma-bench-{}.json", std::process::id()));
+    let path_s = path.to_str().expect("utf-8 temp path");
+    let out = ok(&["--emulation-budgets", "bench", "--quick", "--json", path_s]);
+    assert!(out.contains("roundtrip_4k"), "{out}");
+    let text = std::fs::read_to_string(&path).expect("json written");
+    let _ = std::fs::remove_file(&path);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let cases = v["cases"].as_array().expect("cases array");
+    let has = |name: &str, mode: &str, size: u64| {
+        cases.iter().any(|c| c["name"] == name && c["mode"] == mode && c["size"] == size && c["arch"] == "v2")
+    };
+    // --quick skips the 256 MiB sizes.
+    for name in ["h2d", "d2h", "d2d", "h2h"] {
+        for size in [4096, 65536, 1 << 20, 16 << 20] {
+            assert!(has(name, "sync", size), "missing sync {name} {size}\n{text}");
+        }
+    }
+    for name in ["h2d", "d2h"] {
+        for size in [65536, 1 << 20, 16 << 20] {
+            assert!(has(name, "async", size), "missing async {name} {size}\n{text}");
+        }
+    }
+    for c in cases.iter().filter(|c| c["name"] != "roundtrip_4k") {
+        for key in ["gbps", "memcpy_gbps", "ratio"] {
+            assert!(c[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {c}");
+        }
+        if c["mode"] == "async" {
+            assert!(c["sync_gbps"].as_f64().is_some() && c["async_over_sync"].as_f64().is_some(), "{c}");
+        }
+    }
+    let rt = cases.iter().find(|c| c["name"] == "roundtrip_4k").expect("roundtrip_4k");
+    assert_eq!((rt["mode"].as_str(), rt["size"].as_u64(), rt["arch"].as_str()), (Some("sync"), Some(4096), Some("v2")));
+    assert_eq!(rt["first_wait_ns"].as_u64(), Some(1000), "V2: first wait of a 2-descriptor batch is 1 µs");
+    assert!(rt["median_ns"].as_u64().is_some() && rt["p99_ns"].as_u64().is_some(), "{rt}");
+}
