@@ -60,6 +60,9 @@ pub struct Case {
     /// Timed operations that hit the poll budget and were retried.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<u64>,
+    /// Why the case failed (no figures then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Round trip: median ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub median_ns: Option<u64>,
@@ -85,6 +88,7 @@ impl Case {
             async_over_sync: None,
             stream_copies: None,
             timeouts: None,
+            error: None,
             median_ns: None,
             p99_ns: None,
             first_wait_ns: None,
@@ -148,6 +152,7 @@ pub fn run(opts: BedOpts, a: &BenchArgs) -> CliResult {
     println!("timeouts = timed operations that hit the poll budget and were retried (a round trip is never retried)");
     let mut cases = Vec::new();
     let mut rig = Rig::new(dev, emu, 0, p.samples, p.max_size)?;
+    let mut failures: Vec<CliError> = Vec::new();
     let mut t = Table::new(&[
         "case",
         "mode",
@@ -162,8 +167,16 @@ pub fn run(opts: BedOpts, a: &BenchArgs) -> CliResult {
 
     for dir in Dir::ALL {
         for size in SYNC_SIZES.into_iter().filter(|&s| s <= p.max_size) {
-            let m = rig.sync_copy(dir, size)?;
             let mut c = Case::new(dir.name(), &arch, "sync", size);
+            let m = match rig.sync_copy(dir, size) {
+                Ok(m) => m,
+                Err(e) => {
+                    failed(&mut t, &mut c, &e, "sync");
+                    cases.push(c);
+                    failures.push(e);
+                    continue;
+                }
+            };
             let (g, mg) = (gbps(size, m.op), gbps(size, m.memcpy));
             (c.gbps, c.memcpy_gbps, c.ratio, c.timeouts) = (Some(g), Some(mg), Some(g / mg), Some(m.stats.timeouts));
             t.row(vec![
@@ -183,10 +196,18 @@ pub fn run(opts: BedOpts, a: &BenchArgs) -> CliResult {
     for dir in ASYNC_DIRS {
         for size in ASYNC_SIZES {
             let count = (p.stream_bytes / size).max(p.min_stream_copies);
-            let s = rig.stream(dir, size, count)?;
+            let mut c = Case::new(dir.name(), &arch, "async", size);
+            let s = match rig.stream(dir, size, count) {
+                Ok(s) => s,
+                Err(e) => {
+                    failed(&mut t, &mut c, &e, "async");
+                    cases.push(c);
+                    failures.push(e);
+                    continue;
+                }
+            };
             let bytes = size * count;
             let (g, sg, mg) = (gbps(bytes, s.async_t), gbps(bytes, s.sync_t), gbps(bytes, s.memcpy_t));
-            let mut c = Case::new(dir.name(), &arch, "async", size);
             (c.gbps, c.memcpy_gbps, c.ratio) = (Some(g), Some(mg), Some(g / mg));
             (c.sync_gbps, c.async_over_sync, c.stream_copies) = (Some(sg), Some(g / sg), Some(count));
             let timeouts = s.async_stats.timeouts + s.sync_stats.timeouts;
@@ -206,16 +227,26 @@ pub fn run(opts: BedOpts, a: &BenchArgs) -> CliResult {
         }
     }
     drop(rig);
-    let rt = roundtrip(dev, emu, &arch, p.roundtrips)?;
     print!("{}", t.render());
-    let (med, p99, fw) = (rt.median_ns.unwrap_or(0), rt.p99_ns.unwrap_or(0), rt.first_wait_ns.unwrap_or(0));
-    println!(
-        "roundtrip_4k (h2d, submit → acked completion, {} iterations): median {med} ns, p99 {p99} ns; DHAL first wait \
-         {fw} ns; median above the first wait: {} ns",
-        p.roundtrips,
-        med as i64 - fw as i64
-    );
-    cases.push(rt);
+    match roundtrip(dev, emu, &arch, p.roundtrips) {
+        Ok(rt) => {
+            let (med, p99, fw) = (rt.median_ns.unwrap_or(0), rt.p99_ns.unwrap_or(0), rt.first_wait_ns.unwrap_or(0));
+            println!(
+                "roundtrip_4k (h2d, submit → acked completion, {} iterations): median {med} ns, p99 {p99} ns; DHAL \
+                 first wait {fw} ns; median above the first wait: {} ns",
+                p.roundtrips,
+                med as i64 - fw as i64
+            );
+            cases.push(rt);
+        }
+        Err(e) => {
+            let mut c = Case::new("roundtrip_4k", &arch, "sync", 4096);
+            c.error = Some(e.to_string());
+            println!("roundtrip_4k: FAILED: {e}");
+            cases.push(c);
+            failures.push(e);
+        }
+    }
     let report = Report { instance: opts.instance.name.into(), statistic, samples: p.samples, quick: a.quick, cases };
     if let Some(path) = &a.json {
         let text =
@@ -223,7 +254,22 @@ pub fn run(opts: BedOpts, a: &BenchArgs) -> CliResult {
         std::fs::write(path, text + "\n").map_err(|e| CliError::Io(format!("writing {}: {e}", path.display())))?;
         println!("wrote {}", path.display());
     }
-    Ok(())
+    match failures.len() {
+        0 => Ok(()),
+        n => {
+            for f in &failures[1..] {
+                eprintln!("ndma: error: {f}");
+            }
+            eprintln!("ndma: {n} bench case(s) failed");
+            Err(failures.swap_remove(0))
+        }
+    }
+}
+
+/// Records a failed case in the table and the JSON.
+fn failed(t: &mut Table, c: &mut Case, e: &CliError, mode: &str) {
+    t.row(vec![c.name.clone(), mode.into(), fmt_size(c.size), "FAILED".into()]);
+    c.error = Some(e.to_string());
 }
 
 /// Many 4 KiB h2d copies, each timed from submit to the return of `memcpy_mc` (marker seen, batch acked).
