@@ -188,36 +188,38 @@ impl<'a> Rig<'a> {
         Ok(Measured { op, memcpy, stats, ops: u64::from(plan.samples) * plan.iters })
     }
 
-    /// A stream of `count` copies of `size` bytes at successive offsets, done three ways with samples
+    /// A stream of `count` copies of `size` bytes cycling over `slots` successive `size`-byte slots (so the
+    /// working set is `size × slots` however long the stream), done three ways with samples
     /// interleaved: through [`AsyncPipeline`], as synchronous copies, and as memcpy. One untimed async warm-up
     /// first; the destination is verified after the first async sample and after a final sync stream.
     ///
     /// # Errors
     ///
     /// Copy and verification failures.
-    pub fn stream(&mut self, dir: Dir, size: u64, count: u64) -> CliResult<Stream> {
-        let what = format!("stream of {count} {} copies of {size} bytes", dir.name());
+    pub fn stream(&mut self, dir: Dir, size: u64, count: u64, slots: u64) -> CliResult<Stream> {
+        let what = format!("stream of {count} {} copies of {size} bytes over {slots} slots", dir.name());
         let (dev, emu) = (self.dev, self.emu);
-        let w = Window::new(dev, emu, dir, size * count, self.nc, size ^ 0xa5c)?;
+        let slots = slots.clamp(1, count.max(1));
+        let w = Window::new(dev, emu, dir, size * slots, self.nc, size ^ 0xa5c)?;
         let run_async = || -> ndma::Result<()> {
             let mut pipe = AsyncPipeline::new(dev);
             for i in 0..count {
-                let off = GUARD + i * size;
+                let off = GUARD + (i % slots) * size;
                 pipe.copy(&w.src, &w.dst, off, off, size)?;
             }
             pipe.finish()
         };
-        let run_sync = || -> ndma::Result<()> { (0..count).try_for_each(|i| w.copy(i * size, size)) };
+        let run_sync = || -> ndma::Result<()> { (0..count).try_for_each(|i| w.copy((i % slots) * size, size)) };
         self.prime()?;
         retry_timeouts(run_async).op_ctx(|| format!("async {what} (warm-up)"))?;
         w.reset_dst()?;
-        self.baseline.prepare(size * count);
+        self.baseline.prepare(size * slots);
         let one = Plan { samples: 1, iters: 1 };
         let (mut a, mut s, mut m) = (Duration::MAX, Duration::MAX, Duration::MAX);
         let (mut async_stats, mut sync_stats) = (StatsSnapshot::default(), StatsSnapshot::default());
         for i in 0..self.samples {
             let async_what = format!("async {what}");
-            let (ta, tm, st) = self.interleaved(one, &async_what, run_async, |b| b.stream_once(size, count))?;
+            let (ta, tm, st) = self.interleaved(one, &async_what, run_async, |b| b.stream_once(size, count, slots))?;
             async_stats = async_stats.merged(&st);
             if i == 0 {
                 w.verify(&async_what, false)?;

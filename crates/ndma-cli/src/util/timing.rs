@@ -79,11 +79,15 @@ impl Baseline {
         black_box(&mut self.dst[..n]).copy_from_slice(black_box(&self.src[..n]));
     }
 
-    /// `count` copies of `size` bytes at successive offsets, each a separate `copy_from_slice`.
-    pub fn stream_once(&mut self, size: u64, count: u64) {
-        let (n, total) = (size as usize, ((size * count) as usize).min(self.src.len()));
-        for (d, s) in self.dst[..total].chunks_mut(n.max(1)).zip(self.src[..total].chunks(n.max(1))) {
-            black_box(d).copy_from_slice(black_box(s));
+    /// `count` copies of `size` bytes cycling over `slots` successive slots, each a separate
+    /// `copy_from_slice`.
+    pub fn stream_once(&mut self, size: u64, count: u64, slots: u64) {
+        let n = size as usize;
+        let slots = slots.max(1).min((self.src.len() / n.max(1)) as u64).max(1);
+        for i in 0..count {
+            let off = (i % slots) as usize * n;
+            let end = (off + n).min(self.src.len());
+            black_box(&mut self.dst[off..end]).copy_from_slice(black_box(&self.src[off..end]));
         }
     }
 
