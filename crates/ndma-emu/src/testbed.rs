@@ -108,5 +108,11 @@ impl Testbed {
 
 /// What the op layer needs of one emulated device.
 pub fn device_hw(dev: &Arc<EmuDevice>) -> DeviceHw {
-    DeviceHw { bar0: dev.clone(), hbm_base: dev.hbm().base(), hbm_size: dev.hbm().size(), resets: Some(dev.clone()) }
+    DeviceHw {
+        bar0: dev.clone(),
+        hbm_base: dev.hbm().base(),
+        hbm_size: dev.hbm().size(),
+        resets: Some(dev.clone()),
+        nc_map: ndma::ALL_NCS,
+    }
 }

@@ -27,7 +27,13 @@ pub struct DeviceHw {
     pub hbm_size: u64,
     /// NeuronCore reset timestamps, if the back end models resets.
     pub resets: Option<Arc<dyn ResetClock>>,
+    /// Bit n set: bring NC n's H2T ring up (`ndmar_init_nc`). NCs left out have no H2T ring: copies on them
+    /// fail and waits on them return at once, as on the driver's non-H2T path.
+    pub nc_map: u64,
 }
+
+/// An NC map with every NeuronCore brought up.
+pub const ALL_NCS: u64 = u64::MAX;
 
 /// The device's NeuronCore reset timestamps (`nr_op_in_reset_wnd`'s inputs, FACTS §4).
 pub trait ResetClock: Send + Sync {
@@ -41,7 +47,7 @@ pub struct NeuronDevice {
     pub(crate) dhal: &'static dyn Dhal,
     pub(crate) platform: Arc<dyn Platform>,
     pub(crate) bar0: Arc<dyn Mmio>,
-    pub(crate) rings: Vec<H2tRing>,
+    pub(crate) rings: Vec<Option<H2tRing>>,
     pub(crate) pool: MemPool,
     pub(crate) memset_lock: Mutex<()>,
     pub(crate) memset_mc: Arc<MemChunk>,
@@ -69,13 +75,17 @@ impl NeuronDevice {
         let mut started = BTreeSet::new();
         let mut rings = Vec::new();
         for nc in 0..dhal.ncs_per_device() {
+            if hw.nc_map & (1 << nc) == 0 {
+                rings.push(None);
+                continue;
+            }
             let eng = dhal.h2t_eng_id(nc);
             if started.insert(eng) {
                 let base = dhal.engine_base(eng).ok_or(NdmaError::InvalidNc { nc, ncs: dhal.ncs_per_device() })?;
                 mmio.write32(base + udma::regs::M2S_CHANGE_STATE, udma::regs::CHANGE_STATE_NORMAL);
                 mmio.write32(base + udma::regs::S2M_CHANGE_STATE, udma::regs::CHANGE_STATE_NORMAL);
             }
-            rings.push(H2tRing::new(dhal, &*platform, mmio, nc)?);
+            rings.push(Some(H2tRing::new(dhal, &*platform, mmio, nc)?));
         }
         let pool = MemPool::new(hw.hbm_base, hw.hbm_size, dhal.pci_host_base());
         let memset_mc = pool.alloc_host(&*platform, MEMSET_HOST_BUF_SIZE, 0)?;
@@ -143,8 +153,16 @@ impl NeuronDevice {
         !self.attached.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
     }
 
+    /// NC `nc`'s H2T ring, if the NC was brought up.
+    pub(crate) fn h2t_ring(&self, nc: u32) -> Result<Option<&H2tRing>> {
+        match self.rings.get(nc as usize) {
+            Some(r) => Ok(r.as_ref()),
+            None => Err(NdmaError::InvalidNc { nc, ncs: self.rings.len() as u32 }),
+        }
+    }
+
     pub(crate) fn ring(&self, nc: u32) -> Result<&H2tRing> {
-        self.rings.get(nc as usize).ok_or(NdmaError::InvalidNc { nc, ncs: self.rings.len() as u32 })
+        self.h2t_ring(nc)?.ok_or(NdmaError::NoH2tRing { nc })
     }
 
     /// `(engine, queue)` of NC `nc`'s H2T ring.
@@ -181,7 +199,7 @@ impl NeuronDevice {
 
     /// Counters of every ring of the device, summed.
     pub fn stats(&self) -> StatsSnapshot {
-        self.rings.iter().fold(StatsSnapshot::default(), |acc, r| acc.merged(&r.stats.snapshot()))
+        self.rings.iter().flatten().fold(StatsSnapshot::default(), |acc, r| acc.merged(&r.stats.snapshot()))
     }
 
     /// The `zerocopy_trn1_override` module parameter: allow zero-copy on an arch with the reset-window retry.

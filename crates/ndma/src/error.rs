@@ -28,6 +28,12 @@ pub enum NdmaError {
         /// NCs on the device.
         ncs: u32,
     },
+    /// The NC exists but its H2T ring was never brought up (`-EINVAL`).
+    #[error("NeuronCore {nc} has no H2T ring (not brought up)")]
+    NoH2tRing {
+        /// The NC.
+        nc: u32,
+    },
     /// The completion marker did not appear within the DHAL budget (`-ETIMEDOUT`).
     #[error("DMA timed out on engine {eng} queue {qid}: marker not seen after {polls} polls ({count} descriptors)")]
     Timeout {
@@ -98,6 +104,7 @@ impl NdmaError {
             NdmaError::InvalidQueueType(_) => -errno::EPERM,
             NdmaError::OutOfRange { .. }
             | NdmaError::InvalidNc { .. }
+            | NdmaError::NoH2tRing { .. }
             | NdmaError::InvalidHandle(_)
             | NdmaError::ContextNotInUse(_)
             | NdmaError::AsyncTooLarge { .. }

@@ -30,7 +30,7 @@ pub use classic::split::{MAX_BATCH_BYTES, SYNC_THRESHOLD};
 pub use classic::wait::poll_plan;
 pub use classic::{AsyncPipeline, MAX_RESET_WINDOW_REPLAYS};
 pub use context::CtxHandle;
-pub use device::{mc_pair_to_nc, DeviceHw, NeuronDevice, ResetClock, MEMSET_HOST_BUF_SIZE};
+pub use device::{mc_pair_to_nc, DeviceHw, NeuronDevice, ResetClock, ALL_NCS, MEMSET_HOST_BUF_SIZE};
 pub use error::{NdmaError, Result};
 pub use memory::{MemChunk, MemLocation};
 pub use platform::{HostBuf, Platform};

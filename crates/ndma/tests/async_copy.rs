@@ -133,3 +133,33 @@ fn a_hang_in_an_async_chain_times_out_releases_both_contexts_and_recovers() {
         b.verify(emu, "b after recovery");
     }
 }
+
+#[test]
+fn an_nc_without_an_h2t_ring_refuses_copies_and_its_waits_return_at_once() {
+    use std::sync::Arc;
+    let emu = ndma_emu::EmuSystem::new(ndma_emu::EmuConfig {
+        exec: ExecPolicy::Inline,
+        hbm_size: Some(1 << 30),
+        host_dram_size: 1 << 30,
+        ..ndma_emu::EmuConfig::new(Arch::V2)
+    })
+    .unwrap();
+    let platform = Arc::new(ndma_emu::EmuPlatform::new(emu.host().clone(), ClockKind::Real));
+    let hw = ndma::DeviceHw { nc_map: 0b01, ..ndma_emu::device_hw(emu.device(0)) };
+    let sys = ndma::System::new(Arch::V2, platform, vec![hw]).unwrap();
+    let dev = &sys.devices()[0];
+    let src = dev.alloc_host(4096, 1).unwrap();
+    let dst = dev.alloc_device(4096, 1).unwrap();
+    assert_eq!(dev.memcpy_mc(&src, &dst, 0, 0, 4096), Err(NdmaError::NoH2tRing { nc: 1 }));
+    assert_eq!(NdmaError::NoH2tRing { nc: 1 }.errno(), -22);
+    assert_eq!(dev.memcpy_mc_wait(&src, &dst, CtxHandle::Async1), Ok(()));
+    assert_eq!(dev.wait_handle(1, CtxHandle::None), Ok(()));
+    assert_eq!(dev.wait_handle(2, CtxHandle::Async1), Err(NdmaError::InvalidNc { nc: 2, ncs: 2 }));
+    // NC 0 was brought up and works.
+    let dst0 = dev.alloc_device(4096, 0).unwrap();
+    src.fill(0, 4096, 0x5a).unwrap();
+    dev.memcpy_mc(&src, &dst0, 0, 0, 4096).unwrap();
+    let mut back = vec![0u8; 4096];
+    emu.device(0).hbm_read(dst0.pa(), &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0x5a));
+}

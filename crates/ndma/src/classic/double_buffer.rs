@@ -72,7 +72,8 @@ impl NeuronDevice {
     /// # Errors
     ///
     /// [`NdmaError::InvalidHandle`] for [`CtxHandle::None`], [`NdmaError::ContextNotInUse`] when the context
-    /// holds no transfer, the wait's errors otherwise (the context is released either way).
+    /// holds no transfer, the wait's errors otherwise (the context is released either way). On an NC whose
+    /// H2T ring was never brought up it returns `Ok` at once, as the driver does for non-H2T engines.
     pub fn memcpy_mc_wait(&self, src: &MemChunk, dst: &MemChunk, handle: CtxHandle) -> Result<()> {
         self.wait_handle(mc_pair_to_nc(src, dst), handle)
     }
@@ -83,7 +84,10 @@ impl NeuronDevice {
     ///
     /// As [`NeuronDevice::memcpy_mc_wait`], plus [`NdmaError::InvalidNc`].
     pub fn wait_handle(&self, nc: u32, handle: CtxHandle) -> Result<()> {
-        let ring = self.ring(nc)?;
+        // The driver's non-H2T path: a copy there was never left in flight, so the wait returns at once.
+        let Some(ring) = self.h2t_ring(nc)? else {
+            return Ok(());
+        };
         let slot = handle.slot().ok_or(NdmaError::InvalidHandle(handle.raw()))?;
         let mut inner = ring.lock();
         if !inner.contexts[slot].inuse {
