@@ -2,7 +2,7 @@
 //! coherent DMA allocations from the emulated host DRAM.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ndma::{HostBuf, NdmaError, Platform};
@@ -41,6 +41,8 @@ pub struct EmuPlatform {
     fake_us: AtomicU64,
     emulation: AtomicBool,
     udelay_calls: AtomicU64,
+    prefetches: Mutex<Vec<(u64, u64)>>,
+    fail_prefetch: AtomicBool,
 }
 
 impl EmuPlatform {
@@ -55,6 +57,8 @@ impl EmuPlatform {
             fake_us: AtomicU64::new(CLOCK_EPOCH_US),
             emulation: AtomicBool::new(false),
             udelay_calls: AtomicU64::new(0),
+            prefetches: Mutex::new(Vec::new()),
+            fail_prefetch: AtomicBool::new(false),
         }
     }
 
@@ -73,6 +77,16 @@ impl EmuPlatform {
         if self.clock == ClockKind::Fake {
             self.fake_us.fetch_add(us, Ordering::Relaxed);
         }
+    }
+
+    /// Every `(addr, len)` the op layer asked to prefetch, in order.
+    pub fn prefetches(&self) -> Vec<(u64, u64)> {
+        crate::lock::lock(&self.prefetches).clone()
+    }
+
+    /// Makes later prefetches fail (the op layer must only log it).
+    pub fn set_fail_prefetch(&self, fail: bool) {
+        self.fail_prefetch.store(fail, Ordering::Relaxed);
     }
 
     /// The host memory allocations come from.
@@ -113,6 +127,14 @@ impl Platform for EmuPlatform {
 
     fn is_emulation(&self) -> bool {
         self.emulation.load(Ordering::Relaxed)
+    }
+
+    fn prefetch_user_pages(&self, addr: u64, len: u64) -> Result<(), String> {
+        crate::lock::lock(&self.prefetches).push((addr, len));
+        if self.fail_prefetch.load(Ordering::Relaxed) {
+            return Err(format!("no user mapping at {addr:#x}"));
+        }
+        Ok(())
     }
 
     fn alloc_coherent(&self, len: usize) -> Result<HostBuf, NdmaError> {

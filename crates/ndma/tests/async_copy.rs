@@ -163,3 +163,19 @@ fn an_nc_without_an_h2t_ring_refuses_copies_and_its_waits_return_at_once() {
     emu.device(0).hbm_read(dst0.pa(), &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 0x5a));
 }
+
+#[test]
+fn prefetch_runs_once_per_staged_copy_and_its_failure_is_only_logged() {
+    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    let w = Windows::new(dev, emu, Dir::D2H, 300_000, 0, 4);
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0x7f00_0000_0000, CtxHandle::None).unwrap();
+    assert_eq!(tb.platform.prefetches(), vec![(0x7f00_0000_0000, 300_000)]);
+    tb.platform.set_fail_prefetch(true);
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0x7f00_1000_0000, h).unwrap();
+    assert_eq!(tb.platform.prefetches().len(), 2, "attempted, failed, not returned");
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, h).unwrap();
+    assert_eq!(tb.platform.prefetches().len(), 2, "no prefetch address, no prefetch");
+    dev.memcpy_mc_wait(&w.src, &w.dst, h).unwrap();
+    w.verify(emu, "copies with prefetch");
+}
