@@ -7,7 +7,7 @@ use ndma::{Instance, MemChunk, NeuronDevice};
 use ndma_emu::{EmuDevice, ExecPolicy, Testbed, TestbedConfig};
 
 use super::pattern::{fill_chunk, verify_chunk, write_pattern, Expect};
-use crate::error::{CliResult, OpContext};
+use crate::error::{CliError, CliResult, OpContext};
 
 /// Guard bytes before and after every window.
 pub const GUARD: u64 = 4096;
@@ -123,7 +123,9 @@ impl<'a> Window<'a> {
     ///
     /// Allocation and back-door write failures.
     pub fn new(dev: &'a NeuronDevice, emu: &'a EmuDevice, dir: Dir, len: u64, nc: u32, seed: u64) -> CliResult<Self> {
-        let total = len + 2 * GUARD;
+        let total = len
+            .checked_add(2 * GUARD)
+            .ok_or_else(|| CliError::Usage(format!("a window of {len} bytes plus guards does not fit 64 bits")))?;
         let src = alloc(dev, dir.src_host(), total, nc)?;
         let dst = alloc(dev, dir.dst_host(), total, nc)?;
         write_pattern(emu, &src, 0, total, seed)?;
