@@ -17,10 +17,12 @@ pub struct Cli {
     /// Instance preset to emulate (trn1.2xlarge, trn1.32xlarge, inf2.xlarge, inf2.48xlarge, trn2.48xlarge).
     #[arg(long, global = true, default_value = "trn1.2xlarge", value_name = "NAME")]
     pub instance: String,
-    /// Scale marker-poll budgets ×100000 as the driver does on emulation platforms (default: silicon budgets,
-    /// so a hung copy times out in milliseconds; use this on a heavily loaded machine).
+    /// Use silicon marker-poll budgets instead of the driver's emulation-platform scaling (×100000). The
+    /// emulated engines run on host threads the OS may deschedule for milliseconds, longer than the silicon
+    /// budget of a small device-to-device batch (~210 µs), so the CLI declares itself an emulation platform
+    /// as the driver would on an emulator. `faults` always uses silicon budgets (with inline engines).
     #[arg(long, global = true)]
-    pub emulation_budgets: bool,
+    pub silicon_budgets: bool,
     /// The command (default: demo).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -39,6 +41,32 @@ pub enum Command {
     Memset(MemsetArgs),
     /// End-to-end throughput and latency figures beside single-thread memcpy, as a table and optionally JSON.
     Bench(BenchArgs),
+    /// Scripted failure scenarios: a copy inside a NeuronCore reset window, a hung queue.
+    Faults(FaultsArgs),
+}
+
+/// `ndma faults`.
+#[derive(Debug, Args)]
+pub struct FaultsArgs {
+    /// Which scenario.
+    #[arg(value_enum)]
+    pub scenario: FaultScenario,
+    /// NeuronCore whose H2T ring the scenario uses.
+    #[arg(long, default_value_t = 0)]
+    pub nc: u32,
+    /// Length of the NeuronCore reset, in jiffies (ms), for `reset-window`.
+    #[arg(long, default_value_t = 100)]
+    pub reset_ms: u64,
+}
+
+/// A failure scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultScenario {
+    /// A copy whose doorbell rings during a reset of its NC: on V2 it hangs, times out inside the reset window,
+    /// and the op layer re-initialises the ring and replays it; V3 has neither the bug nor the retry.
+    ResetWindow,
+    /// A hung queue outside any reset window: -ETIMEDOUT without a retry, and the device stays usable.
+    Hang,
 }
 
 /// `ndma inspect`.
@@ -141,13 +169,14 @@ pub fn instance_by_name(name: &str) -> CliResult<Instance> {
 ///
 /// The command's failure.
 pub fn run(cli: Cli) -> CliResult {
-    let opts = BedOpts { instance: instance_by_name(&cli.instance)?, emulation_budgets: cli.emulation_budgets };
+    let opts = BedOpts { instance: instance_by_name(&cli.instance)?, emulation_budgets: !cli.silicon_budgets };
     match cli.command.unwrap_or(Command::Demo) {
         Command::Demo => cmd::demo::run(opts),
         Command::Inspect(a) => cmd::inspect::run(opts, &a),
         Command::Copy(a) => cmd::copy::run(opts, &a),
         Command::Memset(a) => cmd::memset::run(opts, &a),
         Command::Bench(a) => cmd::bench::run(opts, &a),
+        Command::Faults(a) => cmd::faults::run(opts, &a),
     }
 }
 

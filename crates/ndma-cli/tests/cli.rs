@@ -1,6 +1,6 @@
 //! The `ndma` binary end to end. No wall-clock thresholds: only exit codes and printed structure.
 //!
-//! Commands that run threaded engines pass `--emulation-budgets`: these tests share two cores with the rest
+//! Commands that run threaded engines use the CLI's default emulation budgets: these tests share two cores with the rest
 //! of the suite, and a small device→device batch's silicon budget (~210 µs) is shorter than a descheduled
 //! engine worker's stall.
 
@@ -79,24 +79,24 @@ fn inspect_works_in_every_direction() {
 
 #[test]
 fn memset_100k_exits_zero() {
-    let out = ok(&["--emulation-budgets", "memset", "--size", "100K", "--value", "0x5a"]);
+    let out = ok(&["memset", "--size", "100K", "--value", "0x5a"]);
     assert!(out.contains("verified"), "{out}");
     assert!(out.contains("transfers"), "{out}");
 }
 
 #[test]
 fn copy_d2h_1m_exits_zero() {
-    let out = ok(&["--emulation-budgets", "copy", "--dir", "d2h", "--size", "1M"]);
+    let out = ok(&["copy", "--dir", "d2h", "--size", "1M"]);
     assert!(out.contains("verified byte-exact"), "{out}");
     assert!(out.contains("descriptors") && out.contains("GB/s"), "{out}");
 }
 
 #[test]
 fn async_copy_stream_exits_zero_and_oversized_async_is_refused() {
-    let out = ok(&["--emulation-budgets", "copy", "--dir", "h2d", "--size", "64K", "--async", "16"]);
+    let out = ok(&["copy", "--dir", "h2d", "--size", "64K", "--async", "16"]);
     assert!(out.contains("16 async copies"), "{out}");
     // One batch holds 2031 × 64 KiB; 128 MiB is more: the op layer's -EINVAL.
-    let o = ndma(&["--emulation-budgets", "copy", "--dir", "h2d", "--size", "128M", "--async", "1"]);
+    let o = ndma(&["copy", "--dir", "h2d", "--size", "128M", "--async", "1"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("too large") && stderr(&o).contains("errno -22"), "{}", stderr(&o));
 }
@@ -132,7 +132,7 @@ fn a_missing_nc_is_the_op_layers_einval() {
 fn quick_bench_writes_json_with_every_required_case() {
     let path: PathBuf = std::env::temp_dir().join(format!("ndma-bench-{}.json", std::process::id()));
     let path_s = path.to_str().expect("utf-8 temp path");
-    let out = ok(&["--emulation-budgets", "bench", "--quick", "--json", path_s]);
+    let out = ok(&["bench", "--quick", "--json", path_s]);
     assert!(out.contains("roundtrip_4k"), "{out}");
     let text = std::fs::read_to_string(&path).expect("json written");
     let _ = std::fs::remove_file(&path);
@@ -164,4 +164,26 @@ fn quick_bench_writes_json_with_every_required_case() {
     assert_eq!((rt["mode"].as_str(), rt["size"].as_u64(), rt["arch"].as_str()), (Some("sync"), Some(4096), Some("v2")));
     assert_eq!(rt["first_wait_ns"].as_u64(), Some(1000), "V2: first wait of a 2-descriptor batch is 1 µs");
     assert!(rt["median_ns"].as_u64().is_some() && rt["p99_ns"].as_u64().is_some(), "{rt}");
+}
+
+#[test]
+fn faults_reset_window_on_v2_retries_and_verifies() {
+    let out = ok(&["faults", "reset-window"]);
+    assert!(out.contains("retries 1") || out.contains("retries 2"), "{out}");
+    assert!(out.contains("data verified"), "{out}");
+}
+
+#[test]
+fn faults_reset_window_on_v3_never_retries() {
+    let out = ok(&["--instance", "trn2.48xlarge", "faults", "reset-window"]);
+    assert!(out.contains("V3: no retry"), "{out}");
+    assert!(out.contains("retries 0"), "{out}");
+}
+
+#[test]
+fn faults_hang_times_out_without_retry_and_recovers() {
+    let out = ok(&["faults", "hang"]);
+    assert!(out.contains("errno -110"), "{out}");
+    assert!(out.contains("retries 0"), "{out}");
+    assert!(out.contains("the next copy on the device succeeded"), "{out}");
 }

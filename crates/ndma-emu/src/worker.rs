@@ -14,6 +14,12 @@ use crate::lock::lock;
 /// (which restages and rings within a few µs), short enough not to burn a shared core.
 const IDLE_SPIN: Duration = Duration::from_micros(30);
 
+/// After the spin, how long an idle worker keeps polling for doorbells while yielding the CPU before it parks.
+/// A parked worker is woken through the scheduler, and on a small virtual machine that wake can take
+/// milliseconds (an idle vCPU is descheduled by the hypervisor) — longer than the silicon poll budget of a
+/// small device-to-device batch (~210 µs). Yielding keeps the worker runnable without starving other threads.
+const IDLE_YIELD: Duration = Duration::from_millis(2);
+
 /// The worker of engine `eng`, spawning it if needed; `None` once the device is shutting down or if the OS
 /// refuses a thread (the caller then executes inline).
 pub(crate) fn ensure(dev: &Arc<DeviceCore>, eng: u32) -> Option<&Thread> {
@@ -54,9 +60,16 @@ fn run(dev: &DeviceCore, eng: u32) {
         // Acquire pairs with the doorbell's Release increment (see `Engine::wake`).
         let seen = e.kick.load(Ordering::Acquire);
         e.run_until_idle_or_stopped(dev, &stopping);
-        let until = Instant::now() + IDLE_SPIN;
-        while e.kick.load(Ordering::Acquire) == seen && !stopping() && Instant::now() < until {
-            std::hint::spin_loop();
+        let idle_since = Instant::now();
+        while e.kick.load(Ordering::Acquire) == seen && !stopping() {
+            let idle = idle_since.elapsed();
+            if idle < IDLE_SPIN {
+                std::hint::spin_loop();
+            } else if idle < IDLE_SPIN + IDLE_YIELD {
+                thread::yield_now();
+            } else {
+                break;
+            }
         }
         if e.kick.load(Ordering::Acquire) == seen && !stopping() {
             // A doorbell racing with this check has already unparked us or will: the park token is sticky,

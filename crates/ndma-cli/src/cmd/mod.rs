@@ -3,5 +3,6 @@
 pub mod bench;
 pub mod copy;
 pub mod demo;
+pub mod faults;
 pub mod inspect;
 pub mod memset;
