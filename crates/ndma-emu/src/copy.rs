@@ -35,20 +35,20 @@ impl Copy {
         if self.dst.space == Space::Host && len >= 4 && end % 4 == 0 {
             // SAFETY: `src`/`dst` come from `AddrMap::decode` for `len` bytes, so `[src, src + len)` and
             // `[dst, dst + len)` are inside their mappings. The last source word is read first so the result
-            // equals one memmove even when the ranges overlap; `ptr::copy` tolerates overlap; the last
+            // equals one memmove even when the ranges overlap; `bulk::copy` tolerates overlap; the last
             // destination word is 4-byte aligned (checked) and stays inside the mapping, which lives as
             // long as `map`.
             unsafe {
                 let last = ptr::read_unaligned(src.add(len - 4) as *const u32);
-                ptr::copy(src, dst, len - 4);
+                crate::bulk::copy(src, dst, len - 4);
                 // Release orders every earlier engine write (this copy's body, earlier descriptors, drained
                 // posted writes) before the final word: a CPU that acquire-loads it — the marker poll — sees
                 // all of them.
                 AtomicU32::from_ptr(dst.add(len - 4) as *mut u32).store(last, Ordering::Release);
             }
         } else {
-            // SAFETY: as above; both ranges are inside their mappings and `ptr::copy` tolerates overlap.
-            unsafe { ptr::copy(src, dst, len) };
+            // SAFETY: as above; both ranges are inside their mappings and `bulk::copy` tolerates overlap.
+            unsafe { crate::bulk::copy(src, dst, len) };
         }
     }
 }

@@ -16,6 +16,7 @@
 mod addr_map;
 mod alloc;
 mod bar0;
+mod bulk;
 mod copy;
 mod device;
 mod engine;

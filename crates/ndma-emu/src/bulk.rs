@@ -1,0 +1,96 @@
+//! The engine's bulk byte mover. A DMA engine writes memory without pulling it through the CPU caches; for
+//! large copies the model does the same with non-temporal stores.
+//!
+//! Written by hand because it was measured to matter: on this machine glibc's memmove moves a 127 MiB batch
+//! (the op layer's largest) at 4.5–5.1 GB/s while the same bytes in one 256 MiB memcpy — the benchmarks'
+//! baseline — reach 7.5–9 GB/s (glibc picks a different strategy by size). A plain AVX2 streaming loop
+//! moves the 127 MiB batch at 7.4 GB/s.
+
+use std::ptr;
+
+/// Copies at least this long use non-temporal stores (when the CPU has AVX2 and the ranges do not overlap).
+const NON_TEMPORAL_MIN: usize = 8 << 20;
+
+/// Copies `len` bytes from `src` to `dst` with memmove semantics.
+///
+/// # Safety
+///
+/// `[src, src + len)` must be valid for reads and `[dst, dst + len)` valid for writes.
+pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    let disjoint =
+        (src as usize).saturating_add(len) <= dst as usize || (dst as usize).saturating_add(len) <= src as usize;
+    #[cfg(target_arch = "x86_64")]
+    if len >= NON_TEMPORAL_MIN && disjoint && std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the caller guarantees both ranges; they are disjoint (checked) and AVX2 is present (checked).
+        unsafe { copy_streaming(src, dst, len) };
+        return;
+    }
+    let _ = disjoint;
+    // SAFETY: the caller guarantees both ranges; `ptr::copy` tolerates overlap.
+    unsafe { ptr::copy(src, dst, len) };
+}
+
+/// Non-temporal copy of disjoint ranges.
+///
+/// # Safety
+///
+/// As [`copy`], the ranges must not overlap, and the CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256, _mm_sfence};
+    const BLOCK: usize = 128;
+    // Streaming stores need a 32-byte-aligned destination: copy the head normally.
+    let head = (32 - dst as usize % 32) % 32;
+    // SAFETY: `head < 32 <= len` bytes, inside both ranges, which do not overlap.
+    unsafe { ptr::copy_nonoverlapping(src, dst, head) };
+    let mut i = head;
+    while i + BLOCK <= len {
+        // SAFETY: `[i, i + BLOCK)` lies inside both ranges; loads are unaligned, stores 32-byte aligned
+        // (dst + head is aligned and BLOCK is a multiple of 32).
+        unsafe {
+            let s = src.add(i) as *const __m256i;
+            let d = dst.add(i) as *mut __m256i;
+            let (a, b, c, e) = (
+                _mm256_loadu_si256(s),
+                _mm256_loadu_si256(s.add(1)),
+                _mm256_loadu_si256(s.add(2)),
+                _mm256_loadu_si256(s.add(3)),
+            );
+            _mm256_stream_si256(d, a);
+            _mm256_stream_si256(d.add(1), b);
+            _mm256_stream_si256(d.add(2), c);
+            _mm256_stream_si256(d.add(3), e);
+        }
+        i += BLOCK;
+    }
+    // Non-temporal stores are weakly ordered: the fence makes them globally visible before any later store,
+    // in particular the Release store of a marker word that tells the CPU the copy is done.
+    _mm_sfence();
+    // SAFETY: the tail `[i, len)` lies inside both ranges.
+    unsafe { ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_and_small_copies_and_overlaps_match_memmove() {
+        let n = NON_TEMPORAL_MIN + 4099;
+        let src: Vec<u8> = (0..n + 64).map(|i| (i * 7 + i / 251) as u8).collect();
+        for (s_off, d_off) in [(0usize, 0usize), (3, 17), (31, 1)] {
+            let mut dst = vec![0xEEu8; n + 64];
+            // SAFETY: both ranges lie inside their vectors.
+            unsafe { copy(src.as_ptr().add(s_off), dst.as_mut_ptr().add(d_off), n) };
+            assert!(dst[d_off..d_off + n] == src[s_off..s_off + n]);
+            assert!(dst[..d_off].iter().all(|&b| b == 0xEE) && dst[d_off + n..].iter().all(|&b| b == 0xEE));
+        }
+        // Overlapping ranges fall back to memmove semantics.
+        let mut buf = src.clone();
+        let p = buf.as_mut_ptr();
+        // SAFETY: both ranges lie inside `buf`.
+        unsafe { copy(p, p.add(5), n) };
+        assert!(buf[5..5 + n] == src[..n]);
+    }
+}
