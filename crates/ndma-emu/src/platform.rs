@@ -38,6 +38,7 @@ pub struct EmuPlatform {
     host: Arc<HostMemory>,
     clock: ClockKind,
     epoch: Instant,
+    coarse_epoch_ns: u64,
     fake_us: AtomicU64,
     emulation: AtomicBool,
     udelay_calls: AtomicU64,
@@ -54,6 +55,7 @@ impl EmuPlatform {
             host,
             clock,
             epoch: Instant::now(),
+            coarse_epoch_ns: coarse_ns(),
             fake_us: AtomicU64::new(CLOCK_EPOCH_US),
             emulation: AtomicBool::new(false),
             udelay_calls: AtomicU64::new(0),
@@ -97,7 +99,12 @@ impl EmuPlatform {
 
 impl Platform for EmuPlatform {
     fn jiffies(&self) -> u64 {
-        self.now_us() / (1_000_000 / HZ)
+        match self.clock {
+            // Like the kernel's jiffies, a tick counter that is cheap to read: the coarse clock is a plain
+            // memory read in the vDSO, where a precise clock read costs as much as staging a small copy.
+            ClockKind::Real => (CLOCK_EPOCH_US + (coarse_ns() - self.coarse_epoch_ns) / 1000) / (1_000_000 / HZ),
+            ClockKind::Fake => self.now_us() / (1_000_000 / HZ),
+        }
     }
 
     fn now_us(&self) -> u64 {
@@ -143,4 +150,15 @@ impl Platform for EmuPlatform {
         buf.fill(0, len, 0).map_err(NdmaError::from)?;
         Ok(Arc::new(buf))
     }
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (tick resolution, a few ns to read).
+fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on every Linux since 2.6.32.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

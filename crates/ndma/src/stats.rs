@@ -33,7 +33,7 @@ pub struct StatsSnapshot {
     pub doorbells: u64,
     /// Marker polls.
     pub polls: u64,
-    /// Microseconds spent waiting for markers (platform clock).
+    /// Microseconds of poll budget consumed waiting for markers: first waits plus 1 µs per poll.
     pub wait_us: u64,
     /// Waits that timed out.
     pub timeouts: u64,
