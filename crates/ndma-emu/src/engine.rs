@@ -446,7 +446,9 @@ impl Engine {
                 self.drain(dev, exec);
             }
             if delay_us > 0 {
-                wait_until(later(Instant::now(), Duration::from_micros(delay_us.saturating_mul(op.descs))));
+                let us = delay_us.saturating_mul(op.descs);
+                EngineCounters::add(&self.stats.delayed_us, us);
+                wait_until(later(Instant::now(), Duration::from_micros(us)));
             }
             let start = Instant::now();
             if op.dropped {
@@ -467,7 +469,9 @@ impl Engine {
                 // Token bucket of depth one copy: this copy "finishes" len/rate after the later of now and
                 // the previous copy's finish; the engine waits for that before going on.
                 let begin = exec.next_free.filter(|t| *t > start).unwrap_or(start);
-                let finish = later(begin, Duration::from_secs_f64(op.copy.len as f64 / rate as f64));
+                let cost_ns = (op.copy.len as u128 * 1_000_000_000 / u128::from(rate.max(1))) as u64;
+                EngineCounters::add(&self.stats.throttled_ns, cost_ns);
+                let finish = later(begin, Duration::from_nanos(cost_ns));
                 exec.next_free = Some(finish);
                 wait_until(finish);
             }

@@ -17,6 +17,10 @@ pub struct EngineStats {
     pub copies: u64,
     /// Times the posted-write list was drained with something on it.
     pub drains: u64,
+    /// Microseconds of per-descriptor delay the fault plan injected (as planned, not as measured).
+    pub delayed_us: u64,
+    /// Nanoseconds the bandwidth limit charged for copies (bytes / rate, as planned, not as measured).
+    pub throttled_ns: u64,
 }
 
 /// The live counters. All `Relaxed`: they are statistics, never used to order other memory accesses.
@@ -28,6 +32,8 @@ pub(crate) struct EngineCounters {
     pub(crate) faults: AtomicU64,
     pub(crate) copies: AtomicU64,
     pub(crate) drains: AtomicU64,
+    pub(crate) delayed_us: AtomicU64,
+    pub(crate) throttled_ns: AtomicU64,
 }
 
 impl EngineCounters {
@@ -46,6 +52,8 @@ impl EngineCounters {
             faults: get(&self.faults),
             copies: get(&self.copies),
             drains: get(&self.drains),
+            delayed_us: get(&self.delayed_us),
+            throttled_ns: get(&self.throttled_ns),
         }
     }
 }
