@@ -23,6 +23,22 @@ pub struct EngineStats {
     pub throttled_ns: u64,
 }
 
+impl EngineStats {
+    /// Field-wise `self − earlier`.
+    pub fn since(&self, earlier: &EngineStats) -> EngineStats {
+        EngineStats {
+            descriptors: self.descriptors.wrapping_sub(earlier.descriptors),
+            bytes: self.bytes.wrapping_sub(earlier.bytes),
+            doorbells: self.doorbells.wrapping_sub(earlier.doorbells),
+            faults: self.faults.wrapping_sub(earlier.faults),
+            copies: self.copies.wrapping_sub(earlier.copies),
+            drains: self.drains.wrapping_sub(earlier.drains),
+            delayed_us: self.delayed_us.wrapping_sub(earlier.delayed_us),
+            throttled_ns: self.throttled_ns.wrapping_sub(earlier.throttled_ns),
+        }
+    }
+}
+
 /// The live counters. All `Relaxed`: they are statistics, never used to order other memory accesses.
 #[derive(Debug, Default)]
 pub(crate) struct EngineCounters {

@@ -40,14 +40,7 @@ pub fn counters_table(s: &StatsSnapshot, eng: Option<(u32, &EngineStats)>) -> St
 
 /// Engine counters `now − before`.
 pub fn engine_delta(now: EngineStats, before: EngineStats) -> EngineStats {
-    EngineStats {
-        descriptors: now.descriptors.wrapping_sub(before.descriptors),
-        bytes: now.bytes.wrapping_sub(before.bytes),
-        doorbells: now.doorbells.wrapping_sub(before.doorbells),
-        faults: now.faults.wrapping_sub(before.faults),
-        copies: now.copies.wrapping_sub(before.copies),
-        drains: now.drains.wrapping_sub(before.drains),
-    }
+    now.since(&before)
 }
 
 /// Runs `work` and, when `total` is at least [`PROGRESS_MIN_BYTES`], shows a progress bar on stderr driven
