@@ -1,7 +1,11 @@
 //! One device's HBM: physical addresses `[HBM_BASE, HBM_BASE + size)`, with a simple allocator for tests
 //! and tools (the op layer may keep its own pool on top of raw addresses).
 
-use crate::alloc::RangeAllocator;
+use std::sync::Mutex;
+
+use ndma::memory::RangeAllocator;
+
+use crate::lock::lock;
 use crate::{EmuError, MemSpace};
 
 /// First HBM physical address of every device.
@@ -27,12 +31,12 @@ pub struct HbmRange {
 #[derive(Debug)]
 pub(crate) struct Hbm {
     pub(crate) space: MemSpace,
-    alloc: RangeAllocator,
+    alloc: Mutex<RangeAllocator>,
 }
 
 impl Hbm {
     pub(crate) fn new(size: u64) -> Result<Self, EmuError> {
-        Ok(Hbm { space: MemSpace::new("HBM", HBM_BASE, size)?, alloc: RangeAllocator::new(HBM_BASE, size) })
+        Ok(Hbm { space: MemSpace::new("HBM", HBM_BASE, size)?, alloc: Mutex::new(RangeAllocator::new(HBM_BASE, size)) })
     }
 
     pub(crate) fn alloc(&self, len: u64, align: u64) -> Result<HbmRange, EmuError> {
@@ -40,12 +44,12 @@ impl Hbm {
         if len == 0 || !align.is_power_of_two() {
             return Err(EmuError::InvalidAlloc { len, align });
         }
-        let pa = self.alloc.alloc(len, align).ok_or(EmuError::OutOfMemory { what: "HBM", len, align })?;
+        let pa = lock(&self.alloc).alloc(len, align).ok_or(EmuError::OutOfMemory { what: "HBM", len, align })?;
         Ok(HbmRange { pa, len })
     }
 
     pub(crate) fn free(&self, r: HbmRange) -> Result<(), EmuError> {
-        if self.space.offset_of(r.pa, r.len).is_none() || !self.alloc.free(r.pa, r.len) {
+        if self.space.offset_of(r.pa, r.len).is_none() || !lock(&self.alloc).free(r.pa, r.len) {
             return Err(EmuError::BadFree { what: "HBM", pa: r.pa, len: r.len });
         }
         Ok(())

@@ -1,9 +1,11 @@
 //! Host DRAM: one per system, physical addresses `[HOST_DRAM_BASE, HOST_DRAM_BASE + size)`, with a
 //! thread-safe allocator handing out [`HostBuf`]s the op layer uses as [`udma::DmaMemory`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::alloc::RangeAllocator;
+use ndma::memory::RangeAllocator;
+
+use crate::lock::lock;
 use crate::{EmuError, MemSpace};
 
 /// First host physical address. Not 0, so a descriptor carrying PA 0 is a wild pointer, not host memory.
@@ -18,7 +20,7 @@ pub const HOST_MIN_ALIGN: usize = 256;
 #[derive(Debug)]
 pub struct HostMemory {
     space: MemSpace,
-    alloc: RangeAllocator,
+    alloc: Mutex<RangeAllocator>,
 }
 
 impl HostMemory {
@@ -29,7 +31,7 @@ impl HostMemory {
     /// As [`MemSpace::new`].
     pub fn new(size: u64) -> Result<Self, EmuError> {
         let space = MemSpace::new("host DRAM", HOST_DRAM_BASE, size)?;
-        Ok(HostMemory { alloc: RangeAllocator::new(HOST_DRAM_BASE, size), space })
+        Ok(HostMemory { alloc: Mutex::new(RangeAllocator::new(HOST_DRAM_BASE, size)), space })
     }
 
     /// The underlying space (physical-address read/write/fill for tests).
@@ -52,7 +54,7 @@ impl HostMemory {
         }
         let oom = EmuError::OutOfMemory { what: self.space.what(), len: len as u64, align: align as u64 };
         let alloc_len = (len as u64).checked_next_multiple_of(HOST_MIN_ALIGN as u64).ok_or(oom)?;
-        let pa = self.alloc.alloc(alloc_len, align as u64).ok_or(EmuError::OutOfMemory {
+        let pa = lock(&self.alloc).alloc(alloc_len, align as u64).ok_or(EmuError::OutOfMemory {
             what: self.space.what(),
             len: len as u64,
             align: align as u64,
@@ -69,7 +71,7 @@ impl HostMemory {
 
     /// Bytes not currently allocated.
     pub fn free_bytes(&self) -> u64 {
-        self.alloc.free_bytes()
+        lock(&self.alloc).free_bytes()
     }
 }
 
@@ -111,7 +113,7 @@ unsafe impl udma::DmaMemory for HostBuf {
 
 impl Drop for HostBuf {
     fn drop(&mut self) {
-        let freed = self.mem.alloc.free(self.pa, self.alloc_len);
+        let freed = lock(&self.mem.alloc).free(self.pa, self.alloc_len);
         debug_assert!(freed, "host buffer {:#x} freed twice", self.pa);
     }
 }

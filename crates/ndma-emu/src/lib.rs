@@ -14,7 +14,6 @@
 #![warn(missing_docs)]
 
 mod addr_map;
-mod alloc;
 mod bar0;
 mod bulk;
 mod copy;

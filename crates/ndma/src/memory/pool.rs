@@ -33,7 +33,11 @@ impl PoolShared {
             MemLocation::Host => {
                 inner.host.remove(&pa);
             }
-            MemLocation::Device => inner.hbm.free(pa, size),
+            MemLocation::Device => {
+                // Chunks free exactly what they allocated, once (on drop): a refusal cannot happen.
+                let freed = inner.hbm.free(pa, size);
+                debug_assert!(freed, "device chunk {pa:#x}+{size:#x} freed twice");
+            }
         }
     }
 }
