@@ -148,3 +148,69 @@ fn is_valid_host_mem_searches_neighbours_then_every_device() {
     drop(on5);
     assert!(!devs[5].is_valid_host_mem(pa5, 16), "a freed chunk is no longer valid");
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone, Copy)]
+    enum Pa {
+        GoodHost(u64),
+        BadHost(u64),
+        Device(u64),
+    }
+
+    fn pa() -> impl Strategy<Value = Pa> {
+        prop_oneof![
+            (0u64..(1 << 20) - 65536).prop_map(Pa::GoodHost),
+            (0u64..1 << 30).prop_map(Pa::BadHost),
+            (0u64..1 << 30).prop_map(Pa::Device),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever the ring holds, the copy happens iff every address validates, and then byte-exact;
+        /// otherwise the first bad descriptor is named and nothing is written.
+        #[test]
+        fn copy_descriptors_is_all_or_nothing(pas in proptest::collection::vec(pa(), 1..40), rx: bool, to_host: bool) {
+            let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+            let (dev, emu) = tb.device(0);
+            dev.attach_process(7);
+            let host = dev.alloc_host(1 << 20, 0).unwrap();
+            let base = dev.mc_to_pa(&host);
+            let addr = |p: Pa| match p {
+                Pa::GoodHost(o) => base + o,
+                Pa::BadHost(o) => udma::arch::V2_PCI_HOST_BASE | (0x40_0000_0000 + o),
+                Pa::Device(o) => 0x10_0000_0000 + o,
+            };
+            let ring: Vec<u8> = pas
+                .iter()
+                .flat_map(|&p| {
+                    let d = if rx {
+                        Desc::m2m_rx(addr(p), 65536, 1, Barrier::None, false).unwrap()
+                    } else {
+                        Desc::m2m_tx(addr(p), 65536, 1, Barrier::None).unwrap()
+                    };
+                    d.as_bytes().to_vec()
+                })
+                .collect();
+            let dst = alloc(dev, to_host, ring.len() as u64, 0);
+            put(emu, &dst, 0, &vec![0xEE; ring.len()]);
+            let qtype = if rx { NEURON_DMA_QUEUE_TYPE_RX } else { NEURON_DMA_QUEUE_TYPE_TX };
+            let result = dev.copy_descriptors(&ring, 0, &dst, 0, ring.len() as u64, qtype);
+            let after = get(emu, &dst, 0, ring.len() as u64);
+            match pas.iter().position(|p| matches!(p, Pa::BadHost(_))) {
+                Some(index) => {
+                    prop_assert_eq!(result, Err(NdmaError::InvalidDescriptorAddress { index, pa: addr(pas[index]) }));
+                    prop_assert!(after.iter().all(|&b| b == 0xEE));
+                }
+                None => {
+                    prop_assert_eq!(result, Ok(()));
+                    prop_assert_eq!(after, ring);
+                }
+            }
+        }
+    }
+}
