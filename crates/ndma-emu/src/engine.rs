@@ -90,10 +90,25 @@ pub(crate) struct Engine {
     pub(crate) id: u32,
     pub(crate) exec: Mutex<ExecState>,
     pub(crate) regs: Mutex<EngineRegs>,
-    /// Bumped by every doorbell so an idle worker notices new work.
-    pub(crate) kick: AtomicU64,
+    /// Bumped by every doorbell so an idle worker notices new work. Written by the CPU side, read by the
+    /// worker: kept on cache lines of its own so the worker's counters do not bounce with it.
+    pub(crate) kick: CacheAligned<AtomicU64>,
     pub(crate) worker: OnceLock<Thread>,
-    pub(crate) stats: EngineCounters,
+    /// Written by the worker (and the doorbell counter by the CPU side, on its own line inside).
+    pub(crate) stats: CacheAligned<EngineCounters>,
+}
+
+/// Keeps a value on cache lines of its own (two lines: adjacent-line prefetch pairs them), so writes from
+/// one thread do not invalidate unrelated data another thread keeps reading.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct CacheAligned<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for CacheAligned<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// Longest single wait a fault-plan entry can impose (keeps `Instant` arithmetic from overflowing on absurd
@@ -127,9 +142,9 @@ impl Engine {
             id,
             exec: Mutex::new(ExecState::default()),
             regs: Mutex::new(EngineRegs::default()),
-            kick: AtomicU64::new(0),
+            kick: CacheAligned(AtomicU64::new(0)),
             worker: OnceLock::new(),
-            stats: EngineCounters::default(),
+            stats: CacheAligned(EngineCounters::default()),
         }
     }
 

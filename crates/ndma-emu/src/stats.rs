@@ -42,9 +42,10 @@ impl EngineStats {
 /// The live counters. All `Relaxed`: they are statistics, never used to order other memory accesses.
 #[derive(Debug, Default)]
 pub(crate) struct EngineCounters {
+    /// Counted on the doorbell path, by the CPU side: on a line of its own, away from the worker's counters.
+    pub(crate) doorbells: crate::engine::CacheAligned<AtomicU64>,
     pub(crate) descriptors: AtomicU64,
     pub(crate) bytes: AtomicU64,
-    pub(crate) doorbells: AtomicU64,
     pub(crate) faults: AtomicU64,
     pub(crate) copies: AtomicU64,
     pub(crate) drains: AtomicU64,
