@@ -43,6 +43,28 @@ pub enum Command {
     Bench(BenchArgs),
     /// Scripted failure scenarios: a copy inside a NeuronCore reset window, a hung queue.
     Faults(FaultsArgs),
+    /// Run a copy on threaded engines and write a Chrome/Perfetto timeline of the op layer and the engines.
+    Trace(TraceArgs),
+}
+
+/// `ndma trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Copy direction.
+    #[arg(long, value_enum, default_value = "h2d")]
+    pub dir: Dir,
+    /// Bytes per copy.
+    #[arg(long, value_parser = size_arg, default_value = "1M")]
+    pub size: u64,
+    /// NeuronCore whose H2T ring the copy uses.
+    #[arg(long, default_value_t = 0)]
+    pub nc: u32,
+    /// Issue N copies of SIZE through the async pipeline instead of one sync copy.
+    #[arg(long = "async", value_name = "N")]
+    pub async_count: Option<u64>,
+    /// Where to write the trace (Chrome trace-event JSON).
+    #[arg(long, default_value = "ndma-trace.json")]
+    pub out: PathBuf,
 }
 
 /// `ndma faults`.
@@ -177,6 +199,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Memset(a) => cmd::memset::run(opts, &a),
         Command::Bench(a) => cmd::bench::run(opts, &a),
         Command::Faults(a) => cmd::faults::run(opts, &a),
+        Command::Trace(a) => cmd::trace::run(opts, &a),
     }
 }
 

@@ -187,3 +187,21 @@ fn faults_hang_times_out_without_retry_and_recovers() {
     assert!(out.contains("retries 0"), "{out}");
     assert!(out.contains("the next copy on the device succeeded"), "{out}");
 }
+
+#[test]
+fn trace_writes_a_timeline_of_the_op_layer_and_the_engine() {
+    let path = std::env::temp_dir().join(format!("ndma-trace-test-{}.json", std::process::id()));
+    let path_s = path.to_str().expect("utf-8 temp path");
+    let out = ok(&["trace", "--size", "200000", "--out", path_s]);
+    assert!(out.contains("verified"), "{out}");
+    let text = std::fs::read_to_string(&path).expect("trace written");
+    let _ = std::fs::remove_file(&path);
+    let json: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let names: Vec<&str> =
+        json["traceEvents"].as_array().expect("events").iter().filter_map(|e| e["name"].as_str()).collect();
+    for want in ["memcpy", "stage_batch", "wait_for_completion", "execute", "doorbell RX (S2M)", "doorbell TX (M2S)"] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let executes = json["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "execute").count();
+    assert_eq!(executes, 1, "one batch of 4 data pairs + marker");
+}

@@ -6,3 +6,4 @@ pub mod demo;
 pub mod faults;
 pub mod inspect;
 pub mod memset;
+pub mod trace;

@@ -6,4 +6,5 @@ pub mod pattern;
 pub mod report;
 pub mod size;
 pub mod table;
+pub mod timeline;
 pub mod timing;

@@ -119,6 +119,7 @@ impl NeuronDevice {
             return Err(NdmaError::AsyncTooLarge { size, max: MAX_BATCH_BYTES });
         }
         let cur_slot = cur.slot().ok_or(NdmaError::InvalidHandle(cur.raw()))?;
+        let _span = tracing::debug_span!("memcpy_async", nc, size, prev = prev.raw(), cur = cur.raw()).entered();
         let mut inner = ring.lock();
         let prev_slot = prev.slot();
         if let Some(p) = prev_slot {

@@ -116,6 +116,7 @@ impl NeuronDevice {
             // The C path would stage a 0-length descriptor, which the engine reads as 64 KiB.
             return Ok(());
         }
+        let _span = tracing::debug_span!("memcpy", nc, size, smove = moves.smove, dmove = moves.dmove).entered();
         let mut inner = ring.lock();
         let slot = 0;
         inner.contexts[slot] = self.new_context(src, dst, size, moves);

@@ -27,6 +27,7 @@ pub(crate) fn stage_batch(
     inner: &mut RingInner,
     slot: usize,
 ) -> Result<()> {
+    let _span = tracing::debug_span!("stage_batch", nc = ring.nc, slot).entered();
     let ctx: DmaContext = inner.contexts[slot];
     let queue = &mut inner.queue;
     let mut staged = 0u64;
@@ -54,6 +55,6 @@ pub(crate) fn stage_batch(
     ring.stats.add_descriptors(u64::from(count));
     ring.stats.add_batches(1);
     ring.stats.add_doorbells(2);
-    tracing::trace!(nc = ring.nc, count, bytes = staged, "batch triggered");
+    tracing::debug!(nc = ring.nc, count, bytes = staged, "doorbells rung (RX then TX)");
     Ok(())
 }

@@ -47,6 +47,7 @@ pub(crate) fn wait_for_completion(
 ) -> Result<u64> {
     let ctx = &inner.contexts[slot];
     let count = ctx.pending_transfers;
+    let _span = tracing::debug_span!("wait_for_completion", nc = ring.nc, slot, count, is_async).entered();
     let (first_wait, loops) = poll_plan(dhal, platform.is_emulation(), count, is_async, ctx.is_d2d);
     let src = H2tRing::completion_slot(slot);
     let dst = src + 4;
@@ -61,6 +62,7 @@ pub(crate) fn wait_for_completion(
             ring.completion.store_u32(dst, 0, Ordering::Relaxed)?;
             ring.completion.store_u32(src, DMA_COMPLETION_MARKER, Ordering::Relaxed)?;
             inner.queue.ack(count);
+            tracing::debug!(nc = ring.nc, count, polls, "marker seen; re-armed and acked");
             break Ok(polls);
         }
         platform.udelay(POLL_INTERVAL_US);
