@@ -190,10 +190,9 @@ impl<R: DmaMemory> Queue<R> {
     /// Never for `idx < size`; `idx` comes from [`Queue::take_slot`].
     pub fn write_desc(&self, idx: u32, desc: Desc) {
         assert!(idx < self.size, "slot {idx} outside a ring of {}", self.size);
-        // SAFETY: the ring memory holds `size` descriptors (checked in `new`) and is 16-byte aligned, so slot
-        // `idx < size` is valid and aligned for a `Desc`. The slot is CPU-owned: the engine reads only slots
-        // handed over by a later doorbell (whose release fence orders this store before it).
-        unsafe { core::ptr::write_volatile((self.ring.as_ptr() as *mut Desc).add(idx as usize), desc) };
+        // SAFETY: the ring memory holds `size` descriptors (checked in `new`), so slot `idx < size` is in bounds.
+        let slot = unsafe { (self.ring.as_ptr() as *mut Desc).add(idx as usize) };
+        store_desc(slot, desc);
     }
 
     /// Reads slot `idx` back (for inspection and tests).
@@ -285,4 +284,26 @@ impl<R> core::fmt::Debug for Queue<R> {
             .field("next_cdesc_idx", &self.completed)
             .finish()
     }
+}
+
+/// Stores a descriptor into its ring slot as one 16-byte write, as the driver does (FACTS §1.5).
+///
+/// `slot` must be a slot of a ring: valid for 16 bytes and 16-byte aligned (the ring is, and `Desc` is 16
+/// bytes). The slot is CPU-owned: the engine reads only slots handed over by a later doorbell, whose release
+/// fence orders this store before it.
+#[inline]
+fn store_desc(slot: *mut Desc, desc: Desc) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{__m128i, _mm_set_epi64x, _mm_store_si128};
+        let lo = u64::from(desc.len_ctrl().into_bits()) | (u64::from(desc.word1()) << 32);
+        // SAFETY: SSE2 is part of the x86_64 baseline; `slot` is valid for 16 bytes and 16-byte aligned, as
+        // `_mm_store_si128` requires. Little-endian lanes: the low quadword holds len_ctrl then word 1.
+        unsafe { _mm_store_si128(slot as *mut __m128i, _mm_set_epi64x(desc.buf_ptr() as i64, lo as i64)) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as above; one volatile store of the whole descriptor.
+    unsafe {
+        core::ptr::write_volatile(slot, desc)
+    };
 }
