@@ -1,4 +1,6 @@
-//! Per-ring counters (DESIGN §5). Relaxed atomics: they are statistics, ordered by nothing.
+//! Per-ring counters (DESIGN §5). Relaxed atomics: they are statistics, ordered by nothing. They are written
+//! only with the ring lock held, so an update is a plain load and store rather than a locked read-modify-write
+//! (the lock orders successive writers); readers take snapshots at any time.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -49,8 +51,9 @@ macro_rules! counters {
     ($($field:ident => $add:ident),* $(,)?) => {
         impl RingStats {
             $(
+                /// Adds `n`. Caller holds the ring lock (single writer).
                 pub(crate) fn $add(&self, n: u64) {
-                    self.$field.fetch_add(n, Relaxed);
+                    self.$field.store(self.$field.load(Relaxed).wrapping_add(n), Relaxed);
                 }
             )*
 
