@@ -41,7 +41,6 @@ pub struct EmuPlatform {
     coarse_epoch_ns: u64,
     fake_us: AtomicU64,
     emulation: AtomicBool,
-    udelay_calls: AtomicU64,
     prefetches: Mutex<Vec<(u64, u64)>>,
     fail_prefetch: AtomicBool,
 }
@@ -58,7 +57,6 @@ impl EmuPlatform {
             coarse_epoch_ns: coarse_ns(),
             fake_us: AtomicU64::new(CLOCK_EPOCH_US),
             emulation: AtomicBool::new(false),
-            udelay_calls: AtomicU64::new(0),
             prefetches: Mutex::new(Vec::new()),
             fail_prefetch: AtomicBool::new(false),
         }
@@ -67,11 +65,6 @@ impl EmuPlatform {
     /// Turns the emulation-platform budget scaling (`narch_is_emu()`) on or off.
     pub fn set_emulation(&self, on: bool) {
         self.emulation.store(on, Ordering::Relaxed);
-    }
-
-    /// Number of `udelay` calls so far (each marker poll makes one).
-    pub fn udelay_calls(&self) -> u64 {
-        self.udelay_calls.load(Ordering::Relaxed)
     }
 
     /// Advances a fake clock by `us` (no effect on a real clock).
@@ -115,7 +108,6 @@ impl Platform for EmuPlatform {
     }
 
     fn udelay(&self, us: u64) {
-        self.udelay_calls.fetch_add(1, Ordering::Relaxed);
         match self.clock {
             ClockKind::Fake => {
                 self.fake_us.fetch_add(us, Ordering::Relaxed);

@@ -30,6 +30,8 @@ pub(crate) fn stage_batch(
     let _span = tracing::debug_span!("stage_batch", nc = ring.nc, slot).entered();
     let ctx: DmaContext = inner.contexts[slot];
     let queue = &mut inner.queue;
+    // Asked once per batch, not once per descriptor.
+    let (barrier_mid, barrier_last) = (dhal.m2m_barrier(false), dhal.m2m_barrier(true));
     let mut staged = 0u64;
     let mut data_descs = 0u32;
     loop {
@@ -39,7 +41,7 @@ pub(crate) fn stage_batch(
         let at = ctx.offset + staged;
         let src = if ctx.smove { ctx.src + at } else { ctx.src };
         let dst = if ctx.dmove { ctx.dst + at } else { ctx.dst };
-        queue.copy_prepare_one(src, dst, chunk as u32, dhal.m2m_barrier(last), false)?;
+        queue.copy_prepare_one(src, dst, chunk as u32, if last { barrier_last } else { barrier_mid }, false)?;
         staged += chunk;
         data_descs += 1;
         if last {

@@ -49,18 +49,19 @@ pub(crate) fn wait_for_completion(
     let count = ctx.pending_transfers;
     let _span = tracing::debug_span!("wait_for_completion", nc = ring.nc, slot, count, is_async).entered();
     let (first_wait, loops) = poll_plan(dhal, platform.is_emulation(), count, is_async, ctx.is_d2d);
-    let src = H2tRing::completion_slot(slot);
-    let dst = src + 4;
+    // Resolve (and bounds-check) both marker words once, outside the poll loop.
+    let src = ring.completion.word(H2tRing::completion_slot(slot))?;
+    let dst = ring.completion.word(H2tRing::completion_slot(slot) + 4)?;
     platform.udelay(first_wait);
     let mut polls = 0u64;
     let result = loop {
         polls += 1;
         // Acquire: pairs with the engine's release of the marker write, so every data write the batch made
         // (drained by the barrier on its last data descriptor) is visible once we see the marker.
-        if ring.completion.load_u32(dst, Ordering::Acquire)? == DMA_COMPLETION_MARKER {
+        if dst.load(Ordering::Acquire) == DMA_COMPLETION_MARKER {
             // Re-arm: clear the poll word and re-seed the source so a stale marker is detectable.
-            ring.completion.store_u32(dst, 0, Ordering::Relaxed)?;
-            ring.completion.store_u32(src, DMA_COMPLETION_MARKER, Ordering::Relaxed)?;
+            dst.store(0, Ordering::Relaxed);
+            src.store(DMA_COMPLETION_MARKER, Ordering::Relaxed);
             inner.queue.ack(count);
             tracing::debug!(nc = ring.nc, count, polls, "marker seen; re-armed and acked");
             break Ok(polls);
