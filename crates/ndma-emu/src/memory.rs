@@ -148,8 +148,8 @@ impl MemSpace {
     pub fn copy(src: &MemSpace, src_pa: u64, dst: &MemSpace, dst_pa: u64, len: u64) -> Result<(), EmuError> {
         let s = src.checked(src_pa, len)?;
         let d = dst.checked(dst_pa, len)?;
-        // SAFETY: both ranges are inside their mappings (checked); `ptr::copy` tolerates overlap.
-        unsafe { ptr::copy(src.at(s), dst.at(d), len as usize) };
+        // SAFETY: both ranges are inside their mappings (checked); `bulk::copy` tolerates overlap.
+        unsafe { crate::bulk::copy(src.at(s), dst.at(d), len as usize) };
         Ok(())
     }
 }
