@@ -85,6 +85,14 @@ pub enum NdmaError {
         /// The address it carries.
         pa: u64,
     },
+    /// Pinning user pages failed (the kernel's errno: `-EFAULT`, `-ENOMEM`, `-ESRCH`, …).
+    #[error("pinning user pages at {va:#x} failed (errno {errno})")]
+    Pin {
+        /// The user address of the first page that could not be pinned.
+        va: u64,
+        /// The negative errno.
+        errno: i32,
+    },
     /// The V2 reset-window retry gave up after the bounded number of replays (`-ETIMEDOUT`).
     #[error("DMA still hung after {replays} reset-window replays")]
     RetryExhausted {
@@ -98,6 +106,7 @@ impl NdmaError {
     pub fn errno(&self) -> i32 {
         match self {
             NdmaError::Udma(e) => e.errno(),
+            NdmaError::Pin { errno, .. } => *errno,
             NdmaError::Timeout { .. } | NdmaError::RetryExhausted { .. } => -errno::ETIMEDOUT,
             NdmaError::NoMemory { .. } => -errno::ENOMEM,
             NdmaError::ContextInUse(_) => -errno::EBUSY,

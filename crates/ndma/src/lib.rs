@@ -33,7 +33,7 @@ pub use context::CtxHandle;
 pub use device::{mc_pair_to_nc, DeviceHw, NeuronDevice, ResetClock, ALL_NCS, MEMSET_HOST_BUF_SIZE};
 pub use error::{NdmaError, Result};
 pub use memory::{MemChunk, MemLocation};
-pub use platform::{HostBuf, Platform};
+pub use platform::{HostBuf, Platform, UserMm, PAGE_SIZE};
 pub use ring::{DMA_H2T_DESC_COUNT, H2T_RING_SIZE};
 pub use stats::StatsSnapshot;
 pub use system::System;

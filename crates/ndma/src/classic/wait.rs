@@ -52,7 +52,9 @@ pub(crate) fn wait_for_completion(
     // Resolve (and bounds-check) both marker words once, outside the poll loop.
     let src = ring.completion.word(H2tRing::completion_slot(slot))?;
     let dst = ring.completion.word(H2tRing::completion_slot(slot) + 4)?;
-    platform.udelay(first_wait);
+    // The first wait and each poll interval are marker-aware delays: on a platform that watches the word they
+    // end the moment the engine writes it; the polls (and so the budget) are counted exactly as the driver's.
+    platform.delay_until(dst, DMA_COMPLETION_MARKER, first_wait);
     let mut polls = 0u64;
     let result = loop {
         polls += 1;
@@ -66,7 +68,7 @@ pub(crate) fn wait_for_completion(
             tracing::debug!(nc = ring.nc, count, polls, "marker seen; re-armed and acked");
             break Ok(polls);
         }
-        platform.udelay(POLL_INTERVAL_US);
+        platform.delay_until(dst, DMA_COMPLETION_MARKER, POLL_INTERVAL_US);
         if polls > loops {
             break Err(NdmaError::Timeout { eng: ring.eng_id, qid: ring.qid, count, polls });
         }
