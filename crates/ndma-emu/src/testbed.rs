@@ -109,6 +109,7 @@ impl Testbed {
 /// What the op layer needs of one emulated device.
 pub fn device_hw(dev: &Arc<EmuDevice>) -> DeviceHw {
     DeviceHw {
+        arch: dev.arch(),
         bar0: dev.clone(),
         hbm_base: dev.hbm().base(),
         hbm_size: dev.hbm().size(),

@@ -1,5 +1,8 @@
 //! Classic DMA contexts (`struct ndma_h2t_dma_context`, FACTS §3.2) and the handle FSM that picks them.
 
+use std::sync::Arc;
+
+use crate::memory::MemChunk;
 use crate::{NdmaError, Result};
 
 /// Which of a ring's three contexts a transfer uses (`enum neuron_dma_h2t_ctx_handle_type`).
@@ -67,7 +70,13 @@ impl TryFrom<i32> for CtxHandle {
 pub(crate) const CTX_HANDLE_CNT: usize = 3;
 
 /// The cursor of one classic transfer.
-#[derive(Debug, Clone, Copy, Default)]
+///
+/// # Ownership
+///
+/// While a context is in use it holds a reference on every memory chunk its descriptors point at (`held`), so
+/// a caller dropping its own references cannot free memory the engine may still read or write: the chunks
+/// are released only when the transfer has been waited for, or when the ring was re-initialised under it.
+#[derive(Debug, Default)]
 pub(crate) struct DmaContext {
     /// Set at start, cleared on release.
     pub inuse: bool,
@@ -93,6 +102,27 @@ pub(crate) struct DmaContext {
     pub outstanding: u64,
     /// Descriptors in the current batch, marker included: the doorbell count and the ack count.
     pub pending_transfers: u32,
+    /// Descriptor slots of this context's batch that are staged and not yet acked (0 or
+    /// `pending_transfers`): what the context accounts for on the ring.
+    pub in_flight: u32,
+    /// Order in which batches were staged on the ring (a replay re-stages in this order).
+    pub staged_seq: u64,
+    /// The user range faulted in after the first batch is staged (`prefetch_addr`; `None` = no prefetch).
+    pub prefetch: Option<u64>,
+    /// The ring was re-initialised while this transfer was in flight: it did not complete.
+    pub aborted: bool,
+    /// The memory the descriptors point at, kept alive until the context is released.
+    pub held: Vec<Arc<MemChunk>>,
+}
+
+impl DmaContext {
+    /// Marks the context free and drops its hold on memory. Only called once nothing of it is in flight.
+    pub fn release(&mut self) {
+        debug_assert_eq!(self.in_flight, 0, "a context is released while the engine may still use it");
+        self.inuse = false;
+        self.aborted = false;
+        self.held.clear();
+    }
 }
 
 #[cfg(test)]

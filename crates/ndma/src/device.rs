@@ -19,6 +19,9 @@ pub const MEMSET_HOST_BUF_SIZE: u64 = udma::MAX_DMA_DESC_SIZE as u64;
 /// What a back end provides for one device.
 #[derive(Clone)]
 pub struct DeviceHw {
+    /// The generation the hardware reports (its PCI device id); [`crate::System::new`] refuses a device of
+    /// another generation than the system's.
+    pub arch: udma::Arch,
     /// The device's BAR0.
     pub bar0: Arc<dyn Mmio>,
     /// First HBM physical address.
@@ -197,6 +200,18 @@ impl NeuronDevice {
         Ok((0..tx.next_desc_idx()).map(|i| (tx.read_desc(i), rx.read_desc(i))).collect())
     }
 
+    /// Descriptor-slot accounting of NC `nc`'s H2T ring, under its lock: `(slots between the consumer and
+    /// producer cursors, slots its contexts account for)`. Equal whenever no call is inside the ring; a
+    /// difference is a leaked (or double-freed) slot. A snapshot: other threads may stage or ack right after.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::InvalidNc`], [`NdmaError::NoH2tRing`].
+    pub fn ring_slot_accounting(&self, nc: u32) -> Result<(u32, u32)> {
+        let ring = self.ring(nc)?;
+        Ok(crate::classic::RingGuard::lock(self, ring).slot_accounting())
+    }
+
     /// Counters of every ring of the device, summed.
     pub fn stats(&self) -> StatsSnapshot {
         self.rings.iter().flatten().fold(StatsSnapshot::default(), |acc, r| acc.merged(&r.stats.snapshot()))
@@ -218,6 +233,17 @@ impl NeuronDevice {
         match mc.host_buf() {
             Some(buf) => buf.phys_addr() | self.dhal.pci_host_base(),
             None => mc.pa(),
+        }
+    }
+}
+
+impl Drop for NeuronDevice {
+    /// Quiesces every H2T ring before its memory (descriptor rings, marker words) and the chunks its contexts
+    /// hold are freed: a re-initialised queue has nothing pending, so the engine can no longer fetch a
+    /// descriptor from — or write through one into — memory that is about to be reused.
+    fn drop(&mut self) {
+        for ring in self.rings.iter().flatten() {
+            crate::classic::RingGuard::lock(self, ring).quiesce();
         }
     }
 }

@@ -2,6 +2,9 @@
 
 use udma::{errno, UdmaError};
 
+/// `ENODEV` (not an errno the HAL itself returns).
+const ENODEV: i32 = 19;
+
 /// Everything an op-layer call can refuse or fail with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NdmaError {
@@ -60,6 +63,29 @@ pub enum NdmaError {
     /// A handle whose context is not in use (`-EINVAL`).
     #[error("DMA context {0} is not in use")]
     ContextNotInUse(i32),
+    /// The transfer was abandoned in flight: a failure elsewhere on its ring re-initialised the ring before
+    /// the transfer completed, so its destination holds undefined bytes (`-EIO`).
+    #[error("DMA context {0} was aborted: its ring was re-initialised before the transfer completed")]
+    Aborted(i32),
+    /// Staging the completion marker failed (the driver's bare `-1`).
+    #[error("staging the completion marker failed: {0}")]
+    MarkerStaging(UdmaError),
+    /// A CPU access to a chunk that has no host mapping (a device chunk) (`-EINVAL`).
+    #[error("{what}: a device chunk has no host mapping")]
+    NotHostMemory {
+        /// Which access.
+        what: &'static str,
+    },
+    /// A device whose hardware is of another generation than the system was declared with (`-ENODEV`).
+    #[error("device {device} is {found}, the system was declared {declared}")]
+    ArchMismatch {
+        /// Device index.
+        device: u32,
+        /// The arch the system was built for.
+        declared: udma::Arch,
+        /// The arch the hardware reports.
+        found: udma::Arch,
+    },
     /// A handle whose context still holds an unwaited transfer (`-EBUSY`; the C driver would overwrite it).
     #[error("DMA context {0} still holds a transfer nobody waited for")]
     ContextInUse(i32),
@@ -110,8 +136,12 @@ impl NdmaError {
             NdmaError::Timeout { .. } | NdmaError::RetryExhausted { .. } => -errno::ETIMEDOUT,
             NdmaError::NoMemory { .. } => -errno::ENOMEM,
             NdmaError::ContextInUse(_) => -errno::EBUSY,
+            NdmaError::Aborted(_) => -errno::EIO,
+            NdmaError::MarkerStaging(_) => -errno::EPERM,
+            NdmaError::ArchMismatch { .. } => -ENODEV,
             NdmaError::InvalidQueueType(_) => -errno::EPERM,
             NdmaError::OutOfRange { .. }
+            | NdmaError::NotHostMemory { .. }
             | NdmaError::InvalidNc { .. }
             | NdmaError::NoH2tRing { .. }
             | NdmaError::InvalidHandle(_)

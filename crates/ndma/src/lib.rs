@@ -28,7 +28,7 @@ pub use arch::{dhal, Dhal, Instance, WaitBudget};
 pub use classic::marker::{DMA_COMPLETION_MARKER, DMA_COMPLETION_MARKER_SIZE};
 pub use classic::split::{MAX_BATCH_BYTES, SYNC_THRESHOLD};
 pub use classic::wait::poll_plan;
-pub use classic::{AsyncPipeline, MAX_RESET_WINDOW_REPLAYS};
+pub use classic::{AsyncPipeline, InFlight, Transfer, MAX_RESET_WINDOW_REPLAYS};
 pub use context::CtxHandle;
 pub use device::{mc_pair_to_nc, DeviceHw, NeuronDevice, ResetClock, ALL_NCS, MEMSET_HOST_BUF_SIZE};
 pub use error::{NdmaError, Result};

@@ -8,7 +8,8 @@ use crate::Result;
 impl NeuronDevice {
     /// Sets `size` bytes of `mc` at `offset` to `value`. Under the device's memset lock: fill the 64 KiB
     /// host buffer, copy min(size, 64 KiB) to the chunk, then copy the rest chunk→chunk from that first window
-    /// with a fixed source (smove = false) and an advancing destination.
+    /// with a fixed source (smove = false) and an advancing destination. Both copies run on the chunk's NC,
+    /// host chunks included.
     ///
     /// # Errors
     ///
@@ -26,8 +27,8 @@ impl NeuronDevice {
         let rest = size - first;
         if rest > 0 {
             let pa = self.mc_to_pa(mc) + offset;
-            let nc = if mc.is_host() { 0 } else { mc.nc_id() };
-            self.offset_move(nc, pa, pa + first, rest, Moves { smove: false, dmove: true })?;
+            // The chunk's own NC for both steps (the first copy's NC is the destination's, `mc_pair_to_nc`).
+            self.offset_move(mc.nc_id(), pa, pa + first, rest, Moves { smove: false, dmove: true }, None)?;
         }
         Ok(())
     }

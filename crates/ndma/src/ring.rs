@@ -40,6 +40,8 @@ unsafe impl DmaMemory for HostRing {
 pub(crate) struct RingInner {
     pub queue: M2mQueue<HostRing>,
     pub contexts: [DmaContext; CTX_HANDLE_CNT],
+    /// Sequence number of the next staged batch (orders replays).
+    pub next_seq: u64,
 }
 
 /// One NC's H2T ring.
@@ -89,7 +91,7 @@ impl H2tRing {
             nc,
             eng_id,
             qid,
-            inner: Mutex::new(RingInner { queue, contexts: Default::default() }),
+            inner: Mutex::new(RingInner { queue, contexts: Default::default(), next_seq: 0 }),
             completion,
             completion_dma,
             stats: RingStats::default(),
@@ -101,6 +103,15 @@ impl H2tRing {
         // Every path that fails while holding the lock re-initialises the queue before returning, so a
         // lock poisoned by a panic elsewhere still guards a consistent ring.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the ring lock if it is free (a poisoned lock counts as free, as in [`H2tRing::lock`]).
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, RingInner>> {
+        match self.inner.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// Byte offset of handle slot `slot`'s marker words inside the completion buffer.

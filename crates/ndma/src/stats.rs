@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Live counters of one H2T ring.
 #[derive(Debug, Default)]
 pub struct RingStats {
+    submitted: AtomicU64,
     transfers: AtomicU64,
     bytes: AtomicU64,
     descriptors: AtomicU64,
@@ -18,11 +19,15 @@ pub struct RingStats {
     retries: AtomicU64,
     replays: AtomicU64,
     ring_resets: AtomicU64,
+    aborts: AtomicU64,
 }
 
 /// A snapshot of [`RingStats`]. A snapshot is not synchronisation: other threads may be counting.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatsSnapshot {
+    /// Copies started on the ring (a memset counts its parts). `submitted − transfers − aborts` is what is
+    /// in flight or failed.
+    pub submitted: u64,
     /// Completed copies (a memset counts its parts).
     pub transfers: u64,
     /// Bytes moved by completed batches.
@@ -45,6 +50,8 @@ pub struct StatsSnapshot {
     pub replays: u64,
     /// Ring re-initialisations (retries and recoveries after a failure).
     pub ring_resets: u64,
+    /// In-flight transfers abandoned by a ring re-initialisation, reported when they were waited for.
+    pub aborts: u64,
 }
 
 macro_rules! counters {
@@ -80,6 +87,7 @@ macro_rules! counters {
 }
 
 counters! {
+    submitted => add_submitted,
     transfers => add_transfers,
     bytes => add_bytes,
     descriptors => add_descriptors,
@@ -91,4 +99,5 @@ counters! {
     retries => add_retries,
     replays => add_replays,
     ring_resets => add_ring_resets,
+    aborts => add_aborts,
 }

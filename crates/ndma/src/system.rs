@@ -35,8 +35,12 @@ impl System {
     ///
     /// # Errors
     ///
-    /// The first device bring-up failure.
+    /// [`crate::NdmaError::ArchMismatch`] when a device reports another generation than `arch` (nothing is
+    /// brought up then); otherwise the first device bring-up failure.
     pub fn new(arch: Arch, platform: Arc<dyn Platform>, hw: Vec<DeviceHw>) -> Result<System> {
+        if let Some((device, h)) = hw.iter().enumerate().find(|(_, h)| h.arch != arch) {
+            return Err(crate::NdmaError::ArchMismatch { device: device as u32, declared: arch, found: h.arch });
+        }
         let registry = Arc::new(Registry::default());
         let dhal = arch::dhal(arch);
         let devices = hw

@@ -47,7 +47,7 @@ fn pipeline_of_mixed_sizes_and_directions_is_byte_exact() {
             .collect();
         let mut p = AsyncPipeline::new(dev);
         for w in &ws {
-            p.copy(&w.src, &w.dst, GUARD, GUARD, w.size).unwrap();
+            p.submit(&w.transfer()).unwrap();
         }
         p.finish().unwrap();
         for (i, w) in ws.iter().enumerate() {
@@ -126,8 +126,8 @@ fn a_hang_in_an_async_chain_times_out_releases_both_contexts_and_recovers() {
         assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, CtxHandle::Async1), Err(NdmaError::ContextNotInUse(1)));
         assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, CtxHandle::Async2), Err(NdmaError::ContextNotInUse(2)));
         let mut p = AsyncPipeline::new(dev);
-        p.copy(&a.src, &a.dst, GUARD, GUARD, a.size).unwrap();
-        p.copy(&b.src, &b.dst, GUARD, GUARD, b.size).unwrap();
+        p.submit(&a.transfer()).unwrap();
+        p.submit(&b.transfer()).unwrap();
         p.finish().unwrap();
         a.verify(emu, "a after recovery");
         b.verify(emu, "b after recovery");

@@ -85,9 +85,11 @@ fn out_of_range_windows_are_refused_before_staging() {
     assert_eq!(err.errno(), -22);
     let err = dev.memcpy_mc(&a, &b, 0, u64::MAX, 2).unwrap_err();
     assert_eq!(err, NdmaError::OutOfRange { what: "destination chunk", offset: u64::MAX, size: 2, limit: 4096 });
-    let err = dev.memcpy(0, u64::MAX - 1, 0x10_0000_0000, 4).unwrap_err();
+    // SAFETY: refused before anything is staged (the source end overflows), so no memory is touched.
+    let err = unsafe { dev.memcpy(0, u64::MAX - 1, 0x10_0000_0000, 4) }.unwrap_err();
     assert!(matches!(err, NdmaError::OutOfRange { what: "source address", .. }), "{err}");
-    assert_eq!(dev.memcpy(9, 0, 0, 4).unwrap_err(), NdmaError::InvalidNc { nc: 9, ncs: 2 });
+    // SAFETY: refused before anything is staged (NC 9 does not exist).
+    assert_eq!(unsafe { dev.memcpy(9, 0, 0, 4) }.unwrap_err(), NdmaError::InvalidNc { nc: 9, ncs: 2 });
     assert_eq!(dev.stats().batches, 0, "nothing was staged");
 }
 

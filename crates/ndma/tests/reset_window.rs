@@ -121,7 +121,7 @@ fn pipelines_survive_a_reset() {
         if i == 2 {
             assert!(emu.reset_nc(0, 20));
         }
-        p.copy(&w.src, &w.dst, GUARD, GUARD, w.size).unwrap();
+        p.submit(&w.transfer()).unwrap();
     }
     p.finish().unwrap();
     for (i, w) in ws.iter().enumerate() {

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use ndma::AsyncPipeline;
+use ndma::{AsyncPipeline, Transfer};
 use ndma_emu::ExecPolicy;
 
 use crate::cli::CopyArgs;
@@ -48,7 +48,7 @@ pub fn run(opts: BedOpts, a: &CopyArgs) -> CliResult {
             let mut pipe = AsyncPipeline::new(dev);
             for i in 0..count {
                 let off = GUARD + i * a.size;
-                pipe.copy(&w.src, &w.dst, off, off, a.size)?;
+                pipe.submit(&Transfer::new(&w.src, &w.dst, a.size).src_offset(off).dst_offset(off))?;
             }
             pipe.finish()
         }

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use ndma::AsyncPipeline;
+use ndma::{AsyncPipeline, Transfer};
 use ndma_emu::ExecPolicy;
 
 use crate::cli::TraceArgs;
@@ -32,7 +32,8 @@ pub fn run(opts: BedOpts, a: &TraceArgs) -> CliResult {
         Some(n) => {
             let mut p = AsyncPipeline::new(dev);
             for i in 0..n {
-                p.copy(&w.src, &w.dst, GUARD, GUARD, a.size).op_ctx(|| format!("async copy {i} of {n}"))?;
+                p.submit(&Transfer::new(&w.src, &w.dst, a.size).src_offset(GUARD).dst_offset(GUARD))
+                    .op_ctx(|| format!("async copy {i} of {n}"))?;
             }
             p.finish().op_ctx(|| "draining the pipeline")?;
         }

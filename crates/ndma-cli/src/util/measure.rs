@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ndma::{AsyncPipeline, MemChunk, NeuronDevice, StatsSnapshot};
+use ndma::{AsyncPipeline, MemChunk, NeuronDevice, StatsSnapshot, Transfer};
 use ndma_emu::EmuDevice;
 
 use super::bed::{alloc, Dir, Window, GUARD};
@@ -205,7 +205,7 @@ impl<'a> Rig<'a> {
             let mut pipe = AsyncPipeline::new(dev);
             for i in 0..count {
                 let off = GUARD + (i % slots) * size;
-                pipe.copy(&w.src, &w.dst, off, off, size)?;
+                pipe.submit(&Transfer::new(&w.src, &w.dst, size).src_offset(off).dst_offset(off))?;
             }
             pipe.finish()
         };

@@ -1,32 +1,37 @@
 //! The classic async double buffer (spec §3): stage this copy on the next handle's context, then wait on the
 //! *previous* one, so staging of copy N+1 overlaps the completion of copy N.
 
+use std::sync::Arc;
+
+use super::{checked_end, Moves, RingGuard};
 use crate::context::CtxHandle;
 use crate::device::{mc_pair_to_nc, NeuronDevice};
 use crate::memory::MemChunk;
-use crate::ring::{H2tRing, RingInner};
 use crate::{NdmaError, Result, MAX_BATCH_BYTES};
-
-use super::{checked_end, split, Moves};
 
 impl NeuronDevice {
     /// `ndma_memcpy_mc_async`: stage a copy of at most one batch on the context after `prev`
     /// ([`CtxHandle::next`]), then wait for and release `prev`'s context. With `prev` = [`CtxHandle::None`]
     /// (the start of a chain) nothing is waited for. Returns the handle of the staged copy, to be passed as
     /// `prev` of the next call or to [`NeuronDevice::memcpy_mc_wait`]. `prefetch_addr`, if non-zero, is a
-    /// user range faulted in once after staging (best effort).
+    /// user range faulted in once after staging (best effort). With `prev` = [`CtxHandle::Sync`] the copy is
+    /// synchronous (any size), prefetch included, and the SYNC handle comes back.
+    ///
+    /// The staged context holds a reference on both chunks until it is waited for (or aborted): dropping the
+    /// caller's references meanwhile cannot free memory the engine still uses.
     ///
     /// # Errors
     ///
     /// [`NdmaError::AsyncTooLarge`] for more than one batch (2031 × 64 KiB), [`NdmaError::OutOfRange`],
-    /// [`NdmaError::ContextNotInUse`] when `prev` has no transfer, [`NdmaError::ContextInUse`] when the next
-    /// context still holds one — all before anything is staged — and the wait's errors. On any error both
-    /// contexts are released (the chain is over) and the ring is usable.
+    /// [`NdmaError::ContextNotInUse`] when `prev` has no transfer, [`NdmaError::ContextInUse`] (`-EBUSY`) when
+    /// the next context still holds one — all before anything is staged or released — [`NdmaError::Aborted`]
+    /// when `prev` was abandoned by a ring re-initialisation (nothing staged, `prev` released), and the wait's
+    /// errors (both contexts released, the ring re-initialised and usable).
     #[allow(clippy::too_many_arguments)]
     pub fn memcpy_mc_async(
         &self,
-        src: &MemChunk,
-        dst: &MemChunk,
+        src: &Arc<MemChunk>,
+        dst: &Arc<MemChunk>,
         src_off: u64,
         dst_off: u64,
         size: u64,
@@ -38,11 +43,14 @@ impl NeuronDevice {
         let nc = mc_pair_to_nc(src, dst);
         let cur = prev.next();
         let (s, d) = (self.mc_to_pa(src) + src_off, self.mc_to_pa(dst) + dst_off);
+        let prefetch = (prefetch_addr != 0).then_some(prefetch_addr);
         if cur == CtxHandle::Sync {
-            self.memcpy(nc, s, d, size)?;
+            // The chunks are borrowed for the whole synchronous call.
+            self.offset_move(nc, s, d, size, Moves::BOTH, prefetch)?;
             return Ok(cur);
         }
-        self.offset_move_async(nc, s, d, size, prefetch_addr, prev, cur)?;
+        let held = vec![Arc::clone(src), Arc::clone(dst)];
+        self.offset_move_async(nc, s, d, size, prefetch, held, prev, cur)?;
         Ok(cur)
     }
 
@@ -54,8 +62,8 @@ impl NeuronDevice {
     #[allow(clippy::too_many_arguments)]
     pub fn memcpy_mc_async_raw(
         &self,
-        src: &MemChunk,
-        dst: &MemChunk,
+        src: &Arc<MemChunk>,
+        dst: &Arc<MemChunk>,
         src_off: u64,
         dst_off: u64,
         size: u64,
@@ -72,8 +80,9 @@ impl NeuronDevice {
     /// # Errors
     ///
     /// [`NdmaError::InvalidHandle`] for [`CtxHandle::None`], [`NdmaError::ContextNotInUse`] when the context
-    /// holds no transfer, the wait's errors otherwise (the context is released either way). On an NC whose
-    /// H2T ring was never brought up it returns `Ok` at once, as the driver does for non-H2T engines.
+    /// holds no transfer, [`NdmaError::Aborted`] when a ring re-initialisation abandoned it, the wait's errors
+    /// otherwise (the context is released either way). On an NC whose H2T ring was never brought up it returns
+    /// `Ok` at once, as the driver does for non-H2T engines.
     pub fn memcpy_mc_wait(&self, src: &MemChunk, dst: &MemChunk, handle: CtxHandle) -> Result<()> {
         self.wait_handle(mc_pair_to_nc(src, dst), handle)
     }
@@ -89,26 +98,57 @@ impl NeuronDevice {
             return Ok(());
         };
         let slot = handle.slot().ok_or(NdmaError::InvalidHandle(handle.raw()))?;
-        let mut inner = ring.lock();
-        if !inner.contexts[slot].inuse {
+        let mut g = RingGuard::lock(self, ring);
+        if !g.ctx(slot).inuse {
             return Err(NdmaError::ContextNotInUse(handle.raw()));
         }
-        let result = self.wait_and_account(ring, &mut inner, slot, slot);
-        inner.contexts[slot].inuse = false;
-        if result.is_err() {
-            self.recover_ring(ring, &mut inner);
+        if g.ctx(slot).aborted {
+            return g.finish(slot, handle);
         }
+        let result = g.wait(slot, slot);
+        if result.is_err() {
+            g.recover();
+        }
+        g.release(slot);
         result
     }
 
+    /// Has `handle`'s transfer on NC `nc` completed? A non-blocking snapshot: true once its completion marker
+    /// is visible (or it was aborted, or it has nothing in flight); it does not ack or release anything —
+    /// [`NeuronDevice::wait_handle`] does, at once, afterwards. False while the ring lock is held elsewhere and
+    /// the marker has not landed yet.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::InvalidNc`], [`NdmaError::InvalidHandle`] for [`CtxHandle::None`].
+    pub fn is_complete(&self, nc: u32, handle: CtxHandle) -> Result<bool> {
+        let Some(ring) = self.h2t_ring(nc)? else {
+            return Ok(true);
+        };
+        let slot = handle.slot().ok_or(NdmaError::InvalidHandle(handle.raw()))?;
+        if super::wait::marker_visible(ring, slot) {
+            return Ok(true);
+        }
+        Ok(RingGuard::try_lock(self, ring).is_some_and(|g| g.marker_seen(slot)))
+    }
+
+    /// Does `handle`'s context on NC `nc` hold a transfer (in flight, done but not waited, or aborted)?
+    pub(crate) fn is_in_use(&self, nc: u32, handle: CtxHandle) -> bool {
+        match (self.ring(nc), handle.slot()) {
+            (Ok(ring), Some(slot)) => RingGuard::lock(self, ring).ctx(slot).inuse,
+            _ => false,
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
-    fn offset_move_async(
+    pub(crate) fn offset_move_async(
         &self,
         nc: u32,
         src: u64,
         dst: u64,
         size: u64,
-        prefetch_addr: u64,
+        prefetch: Option<u64>,
+        held: Vec<Arc<MemChunk>>,
         prev: CtxHandle,
         cur: CtxHandle,
     ) -> Result<()> {
@@ -120,65 +160,40 @@ impl NeuronDevice {
         }
         let cur_slot = cur.slot().ok_or(NdmaError::InvalidHandle(cur.raw()))?;
         let _span = tracing::debug_span!("memcpy_async", nc, size, prev = prev.raw(), cur = cur.raw()).entered();
-        let mut inner = ring.lock();
+        let mut g = RingGuard::lock(self, ring);
         let prev_slot = prev.slot();
+        // Refusals leave every context as it was: in particular `prev` stays in flight, still accounted for.
         if let Some(p) = prev_slot {
-            if !inner.contexts[p].inuse {
+            if !g.ctx(p).inuse {
                 return Err(NdmaError::ContextNotInUse(prev.raw()));
             }
         }
-        if inner.contexts[cur_slot].inuse {
-            if let Some(p) = prev_slot {
-                inner.contexts[p].inuse = false;
-            }
+        if g.ctx(cur_slot).inuse {
             return Err(NdmaError::ContextInUse(cur.raw()));
         }
-        inner.contexts[cur_slot] = self.new_context(src, dst, size, Moves::BOTH);
-        let result = self.stage_then_wait_prev(ring, &mut inner, prefetch_addr, prev_slot, cur_slot);
-        if let Some(p) = prev_slot {
-            inner.contexts[p].inuse = false;
+        if let Some(p) = prev_slot.filter(|&p| g.ctx(p).aborted) {
+            return g.finish(p, prev);
         }
+        g.begin(cur_slot, self.new_context(src, dst, size, Moves::BOTH, prefetch, held));
+        let result = Self::stage_then_wait_prev(&mut g, prev_slot, cur_slot);
         if result.is_err() {
-            inner.contexts[cur_slot].inuse = false;
-            self.recover_ring(ring, &mut inner);
+            g.recover();
+            g.release(cur_slot);
+        }
+        if let Some(p) = prev_slot {
+            g.release(p);
         }
         result
     }
 
-    fn stage_then_wait_prev(
-        &self,
-        ring: &H2tRing,
-        inner: &mut RingInner,
-        prefetch_addr: u64,
-        prev_slot: Option<usize>,
-        cur_slot: usize,
-    ) -> Result<()> {
-        if inner.contexts[cur_slot].remaining > 0 {
-            split::stage_batch(self.dhal, &*self.bar0, ring, inner, cur_slot)?;
-            if prefetch_addr != 0 {
-                let size = inner.contexts[cur_slot].size;
-                if let Err(why) = self.platform.prefetch_user_pages(prefetch_addr, size) {
-                    tracing::info!(addr = prefetch_addr, size, "prefetch of user pages failed: {why}");
-                }
-            }
+    fn stage_then_wait_prev(g: &mut RingGuard<'_>, prev_slot: Option<usize>, cur_slot: usize) -> Result<()> {
+        if g.ctx(cur_slot).remaining > 0 {
+            g.stage(cur_slot)?;
+            g.prefetch(cur_slot);
         }
         match prev_slot {
-            Some(p) => self.wait_and_account(ring, inner, p, cur_slot),
+            Some(p) => g.wait(p, cur_slot),
             None => Ok(()),
         }
-    }
-
-    /// Wait for context `wait_slot` (a zero-byte context has nothing in flight) and count its bytes.
-    fn wait_and_account(&self, ring: &H2tRing, inner: &mut RingInner, wait_slot: usize, staged: usize) -> Result<()> {
-        if inner.contexts[wait_slot].remaining == 0 {
-            return Ok(());
-        }
-        self.wait_retrying(ring, inner, wait_slot, staged)?;
-        let ctx = &mut inner.contexts[wait_slot];
-        ctx.offset += ctx.outstanding;
-        ctx.remaining -= ctx.outstanding;
-        ring.stats.add_bytes(ctx.outstanding);
-        ring.stats.add_transfers(1);
-        Ok(())
     }
 }

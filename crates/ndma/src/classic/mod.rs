@@ -2,22 +2,30 @@
 //! append the completion marker, ring RX then TX, poll the marker, ack, restage until done.
 
 mod double_buffer;
+mod guard;
 pub(crate) mod marker;
 mod pipeline;
 mod retry;
 pub(crate) mod split;
+mod transfer;
 pub(crate) mod wait;
+
+use std::sync::Arc;
 
 use udma::DmaMemory;
 
 use crate::context::DmaContext;
 use crate::device::{mc_pair_to_nc, NeuronDevice};
 use crate::memory::MemChunk;
-use crate::ring::{H2tRing, RingInner};
 use crate::{NdmaError, Result};
 
+pub(crate) use guard::RingGuard;
 pub use pipeline::AsyncPipeline;
 pub use retry::MAX_RESET_WINDOW_REPLAYS;
+pub use transfer::{InFlight, Transfer};
+
+/// The context a synchronous copy runs on (`NEURON_DMA_H2T_CTX_HANDLE_SYNC`).
+pub(crate) const SYNC_SLOT: usize = 0;
 
 /// How the two cursors of a copy move per chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,16 +46,25 @@ impl NeuronDevice {
     /// `ndma_memcpy`: copy `size` bytes between raw device-visible addresses (host addresses already carry
     /// `pci_host_base`) on NC `nc`'s H2T ring, synchronously. A copy of 0 bytes moves nothing.
     ///
+    /// # Safety
+    ///
+    /// The engine reads `[src, src + size)` and writes `[dst, dst + size)` of whatever memory those device
+    /// addresses reach, host DRAM included. The caller guarantees that for the duration of the call both ranges
+    /// are memory it owns (e.g. chunks it holds a reference to), that nothing else accesses the destination
+    /// meanwhile, and that the destination may hold any bytes afterwards. When the call returns — with success
+    /// or an error — the engine no longer touches either range (a failure re-initialises the ring).
+    ///
     /// # Errors
     ///
     /// [`NdmaError::InvalidNc`], [`NdmaError::OutOfRange`] when an end overflows (nothing staged),
     /// [`NdmaError::Timeout`] / [`NdmaError::RetryExhausted`] when the marker never lands, HAL errors. After
     /// any failure the ring has been re-initialised and the next copy can proceed.
-    pub fn memcpy(&self, nc: u32, src: u64, dst: u64, size: u64) -> Result<()> {
-        self.offset_move(nc, src, dst, size, Moves::BOTH)
+    pub unsafe fn memcpy(&self, nc: u32, src: u64, dst: u64, size: u64) -> Result<()> {
+        self.offset_move(nc, src, dst, size, Moves::BOTH, None)
     }
 
-    /// `ndma_memcpy_mc`: copy between memory chunks. NC: the device side's (host→host: the destination's).
+    /// `ndma_memcpy_mc`: copy between memory chunks, synchronously. NC: the device side's (host→host: the
+    /// destination's).
     ///
     /// # Errors
     ///
@@ -56,11 +73,13 @@ impl NeuronDevice {
         src.check_range("source chunk", src_off, size)?;
         dst.check_range("destination chunk", dst_off, size)?;
         let nc = mc_pair_to_nc(src, dst);
-        self.memcpy(nc, self.mc_to_pa(src) + src_off, self.mc_to_pa(dst) + dst_off, size)
+        // Both windows lie inside chunks borrowed for the whole call, and the copy is over (or the ring
+        // re-initialised) before it returns: the memory stays the transfer's until then.
+        self.offset_move(nc, self.mc_to_pa(src) + src_off, self.mc_to_pa(dst) + dst_off, size, Moves::BOTH, None)
     }
 
     /// `ndma_memcpy_buf_to_mc`: copy from a host DMA buffer into a chunk, on the chunk's NC (NC 0 for a host
-    /// chunk).
+    /// chunk), synchronously.
     ///
     /// # Errors
     ///
@@ -77,11 +96,12 @@ impl NeuronDevice {
         let src = self.buf_pa("source buffer", buf, buf_off, size)?;
         dst.check_range("destination chunk", dst_off, size)?;
         let nc = if dst.is_host() { 0 } else { dst.nc_id() };
-        self.memcpy(nc, src, self.mc_to_pa(dst) + dst_off, size)
+        // Borrowed for the whole (synchronous) call, as in `memcpy_mc`.
+        self.offset_move(nc, src, self.mc_to_pa(dst) + dst_off, size, Moves::BOTH, None)
     }
 
     /// `ndma_memcpy_buf_from_mc`: copy from a chunk into a host DMA buffer, on the chunk's NC (NC 0 for a
-    /// host chunk).
+    /// host chunk), synchronously.
     ///
     /// # Errors
     ///
@@ -97,7 +117,8 @@ impl NeuronDevice {
         let dst = self.buf_pa("destination buffer", buf, buf_off, size)?;
         src.check_range("source chunk", src_off, size)?;
         let nc = if src.is_host() { 0 } else { src.nc_id() };
-        self.memcpy(nc, self.mc_to_pa(src) + src_off, dst, size)
+        // Borrowed for the whole (synchronous) call, as in `memcpy_mc`.
+        self.offset_move(nc, self.mc_to_pa(src) + src_off, dst, size, Moves::BOTH, None)
     }
 
     fn buf_pa(&self, what: &'static str, buf: &dyn DmaMemory, off: u64, size: u64) -> Result<u64> {
@@ -108,7 +129,18 @@ impl NeuronDevice {
     }
 
     /// `ndma_memcpy_offset_move`, synchronous: stage and wait batch after batch on the SYNC context.
-    pub(crate) fn offset_move(&self, nc: u32, src: u64, dst: u64, size: u64, moves: Moves) -> Result<()> {
+    ///
+    /// The caller guarantees what [`NeuronDevice::memcpy`]'s safety section asks (it is safe only because it
+    /// is crate-internal and every caller passes windows of memory it borrows for the call).
+    pub(crate) fn offset_move(
+        &self,
+        nc: u32,
+        src: u64,
+        dst: u64,
+        size: u64,
+        moves: Moves,
+        prefetch: Option<u64>,
+    ) -> Result<()> {
         let ring = self.ring(nc)?;
         checked_end("source address", src, size)?;
         checked_end("destination address", dst, size)?;
@@ -117,18 +149,25 @@ impl NeuronDevice {
             return Ok(());
         }
         let _span = tracing::debug_span!("memcpy", nc, size, smove = moves.smove, dmove = moves.dmove).entered();
-        let mut inner = ring.lock();
-        let slot = 0;
-        inner.contexts[slot] = self.new_context(src, dst, size, moves);
-        let result = self.run_sync(ring, &mut inner, slot);
-        inner.contexts[slot].inuse = false;
+        let mut g = RingGuard::lock(self, ring);
+        g.begin(SYNC_SLOT, self.new_context(src, dst, size, moves, prefetch, Vec::new()));
+        let result = Self::run_sync(&mut g);
         if result.is_err() {
-            self.recover_ring(ring, &mut inner);
+            g.recover();
         }
+        g.release(SYNC_SLOT);
         result
     }
 
-    pub(crate) fn new_context(&self, src: u64, dst: u64, size: u64, moves: Moves) -> DmaContext {
+    pub(crate) fn new_context(
+        &self,
+        src: u64,
+        dst: u64,
+        size: u64,
+        moves: Moves,
+        prefetch: Option<u64>,
+        held: Vec<Arc<MemChunk>>,
+    ) -> DmaContext {
         let arch = self.dhal.arch();
         DmaContext {
             inuse: true,
@@ -139,34 +178,25 @@ impl NeuronDevice {
             dmove: moves.dmove,
             is_d2d: !arch.is_host_addr(src) && !arch.is_host_addr(dst),
             start_time: self.platform.jiffies(),
-            offset: 0,
             remaining: size,
-            outstanding: 0,
-            pending_transfers: 0,
+            prefetch,
+            held,
+            ..DmaContext::default()
         }
     }
 
-    fn run_sync(&self, ring: &H2tRing, inner: &mut RingInner, slot: usize) -> Result<()> {
+    /// Stage, wait, restage until the SYNC context's transfer is done; the first batch is followed by the
+    /// prefetch (after staging, before waiting, as the driver does).
+    fn run_sync(g: &mut RingGuard<'_>) -> Result<()> {
+        g.stage(SYNC_SLOT)?;
+        g.prefetch(SYNC_SLOT);
         loop {
-            split::stage_batch(self.dhal, &*self.bar0, ring, inner, slot)?;
-            self.wait_retrying(ring, inner, slot, slot)?;
-            let ctx = &mut inner.contexts[slot];
-            ctx.offset += ctx.outstanding;
-            ctx.remaining -= ctx.outstanding;
-            ring.stats.add_bytes(ctx.outstanding);
-            if ctx.remaining == 0 {
-                ring.stats.add_transfers(1);
+            g.wait(SYNC_SLOT, SYNC_SLOT)?;
+            if g.ctx(SYNC_SLOT).remaining == 0 {
                 return Ok(());
             }
-            ctx.start_time = self.platform.jiffies();
+            g.restart_clock(SYNC_SLOT);
+            g.stage(SYNC_SLOT)?;
         }
-    }
-
-    /// After a failure with the ring lock held: re-initialise the queue so nothing half-staged or hung is
-    /// left on it (the C driver leaves the ring as it is, un-acked).
-    pub(crate) fn recover_ring(&self, ring: &H2tRing, inner: &mut RingInner) {
-        inner.queue.reinit(&*self.bar0);
-        ring.stats.add_ring_resets(1);
-        tracing::warn!(nc = ring.nc, eng = ring.eng_id, qid = ring.qid, "H2T ring re-initialised after a failed copy");
     }
 }

@@ -1,12 +1,11 @@
-//! The V2 reset-window workaround (`_ndma_memcpy_wait_for_completion`, spec §5): V2 silicon can hang a DMA
-//! whose doorbell rang while its NeuronCore was being reset. A timeout is retried only when the arch has the
-//! retry flag **and** the op started inside a reset window; the retry re-initialises the ring and replays the
-//! staged chunks. Unlike the C loop, the number of replays is bounded.
+//! The marker wait with V2's reset-window workaround (`_ndma_memcpy_wait_for_completion`, spec §5): V2 silicon
+//! can hang a DMA whose doorbell rang while its NeuronCore was being reset. A timeout is retried only when the
+//! arch has the retry flag **and** the op started inside a reset window; the retry re-initialises the ring and
+//! replays the staged chunks. Unlike the C loop, the number of replays is bounded.
 
-use super::split::stage_batch;
+use super::guard::RingGuard;
 use super::wait::wait_for_completion;
 use crate::device::NeuronDevice;
-use crate::ring::{H2tRing, RingInner};
 use crate::{NdmaError, Result};
 
 /// Replays after which a reset-window hang is reported as [`NdmaError::RetryExhausted`].
@@ -24,47 +23,69 @@ impl NeuronDevice {
             }
         }
     }
+}
 
-    /// Wait for context `wait_slot`; `staged_slot` is the context staged in the same call (equal for sync).
-    pub(crate) fn wait_retrying(
-        &self,
-        ring: &H2tRing,
-        inner: &mut RingInner,
-        wait_slot: usize,
-        staged_slot: usize,
-    ) -> Result<()> {
+impl RingGuard<'_> {
+    /// Waits for context `wait_slot`'s batch and accounts for it (`_ndma_memcpy_wait_for_completion`);
+    /// `staged_slot` is the context staged in the same call (the same slot for a synchronous copy). A context
+    /// with nothing in flight (a zero-byte transfer) completes at once.
+    ///
+    /// On a timeout, V2's reset-window workaround re-initialises the ring and replays what was in flight —
+    /// only when the arch has the retry flag **and** the op started inside a reset window, and at most
+    /// [`MAX_RESET_WINDOW_REPLAYS`] times (the C loop is unbounded).
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::Timeout`], [`NdmaError::RetryExhausted`], or a HAL error from a replay; the caller must
+    /// then [`RingGuard::recover`].
+    pub(crate) fn wait(&mut self, wait_slot: usize, staged_slot: usize) -> Result<()> {
+        if self.inner.contexts[wait_slot].in_flight == 0 {
+            return Ok(());
+        }
         let mut is_async = wait_slot != staged_slot;
         let mut replays = 0;
         loop {
-            let err = match wait_for_completion(self.dhal, &*self.platform, ring, inner, wait_slot, is_async) {
-                Ok(_) => return Ok(()),
+            let (dhal, platform) = (self.dev.dhal, &*self.dev.platform);
+            let err = match wait_for_completion(dhal, platform, self.ring, &self.inner, wait_slot, is_async) {
+                Ok(_) => break,
                 Err(e) => e,
             };
-            if !self.dhal.retry_memcpy() || !self.op_in_reset_window(ring.nc, inner.contexts[wait_slot].start_time) {
+            let start = self.inner.contexts[wait_slot].start_time;
+            if !self.dev.dhal.retry_memcpy() || !self.dev.op_in_reset_window(self.ring.nc, start) {
                 return Err(err);
             }
             if replays == MAX_RESET_WINDOW_REPLAYS {
-                tracing::error!(nc = ring.nc, replays, "DMA still hung inside the reset window; giving up");
+                tracing::error!(nc = self.ring.nc, replays, "DMA still hung inside the reset window; giving up");
                 return Err(NdmaError::RetryExhausted { replays });
             }
             tracing::warn!(
-                nc = ring.nc,
-                eng = ring.eng_id,
-                qid = ring.qid,
+                nc = self.ring.nc,
+                eng = self.ring.eng_id,
+                qid = self.ring.qid,
                 "Failed to copy memory during a NeuronCore reset; re-initialising the ring and retrying"
             );
-            inner.contexts[wait_slot].start_time = self.platform.jiffies();
-            inner.queue.reinit(&*self.bar0);
-            ring.stats.add_ring_resets(1);
-            ring.stats.add_retries(1);
-            stage_batch(self.dhal, &*self.bar0, ring, inner, wait_slot)?;
-            ring.stats.add_replays(1);
-            if staged_slot != wait_slot {
-                stage_batch(self.dhal, &*self.bar0, ring, inner, staged_slot)?;
-                ring.stats.add_replays(1);
-            }
+            self.inner.contexts[wait_slot].start_time = self.dev.platform.jiffies();
+            self.replay_in_flight()?;
             replays += 1;
             is_async = false;
         }
+        self.complete_batch(wait_slot);
+        Ok(())
+    }
+
+    /// The V2 retry's "re-init the ring and replay": re-initialises the queue, then re-stages every batch that
+    /// was in flight, in the order it was first staged — the waited context and the one staged after it, as
+    /// the driver does, and any other context still in flight, which a re-init would otherwise silently lose.
+    fn replay_in_flight(&mut self) -> Result<()> {
+        let contexts = &self.inner.contexts;
+        let mut order: Vec<usize> = (0..contexts.len()).filter(|&s| contexts[s].in_flight > 0).collect();
+        order.sort_by_key(|&s| contexts[s].staged_seq);
+        self.reinit_queue();
+        self.ring.stats.add_retries(1);
+        for slot in order {
+            self.stage(slot)?;
+            self.ring.stats.add_replays(1);
+        }
+        Ok(())
     }
 }

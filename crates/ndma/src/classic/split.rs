@@ -4,7 +4,6 @@
 use udma::{Barrier, Mmio, MAX_DMA_DESC_SIZE};
 
 use super::marker::add_completion_desc;
-use crate::context::DmaContext;
 use crate::ring::{H2tRing, RingInner};
 use crate::{Dhal, Result};
 
@@ -28,20 +27,22 @@ pub(crate) fn stage_batch(
     slot: usize,
 ) -> Result<()> {
     let _span = tracing::debug_span!("stage_batch", nc = ring.nc, slot).entered();
-    let ctx: DmaContext = inner.contexts[slot];
+    let ctx = &inner.contexts[slot];
+    let (src, dst, smove, dmove, offset, remaining) =
+        (ctx.src, ctx.dst, ctx.smove, ctx.dmove, ctx.offset, ctx.remaining);
     let queue = &mut inner.queue;
     // Asked once per batch, not once per descriptor.
     let (barrier_mid, barrier_last) = (dhal.m2m_barrier(false), dhal.m2m_barrier(true));
     let mut staged = 0u64;
     let mut data_descs = 0u32;
     loop {
-        let left = ctx.remaining - staged;
+        let left = remaining - staged;
         let chunk = left.min(u64::from(MAX_DMA_DESC_SIZE));
         let last = chunk == left || data_descs + 1 == SYNC_THRESHOLD;
-        let at = ctx.offset + staged;
-        let src = if ctx.smove { ctx.src + at } else { ctx.src };
-        let dst = if ctx.dmove { ctx.dst + at } else { ctx.dst };
-        queue.copy_prepare_one(src, dst, chunk as u32, if last { barrier_last } else { barrier_mid }, false)?;
+        let at = offset + staged;
+        let s = if smove { src + at } else { src };
+        let d = if dmove { dst + at } else { dst };
+        queue.copy_prepare_one(s, d, chunk as u32, if last { barrier_last } else { barrier_mid }, false)?;
         staged += chunk;
         data_descs += 1;
         if last {

@@ -82,3 +82,11 @@ pub(crate) fn wait_for_completion(
     }
     result
 }
+
+/// Is the completion marker of context `slot` visible now (`Acquire`)? A snapshot for non-blocking queries;
+/// it neither re-arms nor acks.
+pub(crate) fn marker_visible(ring: &H2tRing, slot: usize) -> bool {
+    ring.completion
+        .load_u32(H2tRing::completion_slot(slot) + 4, Ordering::Acquire)
+        .is_ok_and(|w| w == DMA_COMPLETION_MARKER)
+}

@@ -74,43 +74,38 @@ impl MemChunk {
         }
     }
 
-    fn host_mem(&self) -> Result<&HostBuf> {
-        self.host.as_ref().ok_or(NdmaError::OutOfRange {
-            what: "host mapping of a device chunk",
-            offset: 0,
-            size: 0,
-            limit: 0,
-        })
+    fn host_mem(&self, what: &'static str) -> Result<&HostBuf> {
+        self.host.as_ref().ok_or(NdmaError::NotHostMemory { what })
     }
 
     /// CPU write into a host chunk.
     ///
     /// # Errors
     ///
-    /// [`NdmaError::OutOfRange`] for a device chunk or a range outside the chunk.
+    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::OutOfRange`] for a range outside the chunk.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_range("host chunk write", offset, data.len() as u64)?;
-        Ok(self.host_mem()?.write_bytes(offset as usize, data)?)
+        Ok(self.host_mem("host chunk write")?.write_bytes(offset as usize, data)?)
     }
 
     /// CPU read from a host chunk.
     ///
     /// # Errors
     ///
-    /// [`NdmaError::OutOfRange`] for a device chunk or a range outside the chunk.
+    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::OutOfRange`] for a range outside the chunk.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         self.check_range("host chunk read", offset, out.len() as u64)?;
-        Ok(self.host_mem()?.read_bytes(offset as usize, out)?)
+        Ok(self.host_mem("host chunk read")?.read_bytes(offset as usize, out)?)
     }
 
     /// CPU fill of a host chunk.
     ///
     /// # Errors
     ///
-    /// [`NdmaError::OutOfRange`] for a device chunk or a range outside the chunk.
+    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::OutOfRange`] for a range outside the chunk.
     pub fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()> {
         self.check_range("host chunk fill", offset, len)?;
-        Ok(self.host_mem()?.fill(offset as usize, len as usize, value)?)
+        Ok(self.host_mem("host chunk fill")?.fill(offset as usize, len as usize, value)?)
     }
 }
 

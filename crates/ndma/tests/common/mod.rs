@@ -116,6 +116,11 @@ impl Windows {
         Windows { src, dst, size, src_bytes }
     }
 
+    /// The copy of the window as a [`ndma::Transfer`].
+    pub fn transfer(&self) -> ndma::Transfer {
+        ndma::Transfer::new(&self.src, &self.dst, self.size).src_offset(GUARD).dst_offset(GUARD)
+    }
+
     pub fn copy(&self, dev: &NeuronDevice) -> ndma::Result<()> {
         dev.memcpy_mc(&self.src, &self.dst, GUARD, GUARD, self.size)
     }

@@ -1,0 +1,178 @@
+//! The ring lock, held: [`RingGuard`] is the one handle through which the classic path stages, waits, accounts
+//! for and releases its contexts, so no code threads a `(ring, inner, slot)` triple by hand.
+//!
+//! # Slot accounting
+//!
+//! Every descriptor slot between the consumer and the producer cursor belongs to exactly one context: the one
+//! whose batch staged it and has not been acked yet (`DmaContext::in_flight`). [`RingGuard::slots_in_use`]
+//! and [`RingGuard::slots_accounted`] are equal whenever the lock is released; nothing else frees slots than
+//! an ack after the marker, or a re-initialisation of the ring, which abandons every batch on it.
+
+use std::sync::MutexGuard;
+
+use super::split::stage_batch;
+use crate::context::{CtxHandle, DmaContext};
+use crate::device::NeuronDevice;
+use crate::ring::{H2tRing, RingInner};
+use crate::{NdmaError, Result};
+
+/// NC `ring.nc`'s H2T ring with its lock held.
+pub(crate) struct RingGuard<'a> {
+    pub(super) dev: &'a NeuronDevice,
+    pub(super) ring: &'a H2tRing,
+    pub(super) inner: MutexGuard<'a, RingInner>,
+}
+
+impl<'a> RingGuard<'a> {
+    /// Takes the ring lock (`h2t_ring_lock`).
+    pub(crate) fn lock(dev: &'a NeuronDevice, ring: &'a H2tRing) -> Self {
+        RingGuard { dev, ring, inner: ring.lock() }
+    }
+
+    /// Takes the ring lock if nobody holds it.
+    pub(crate) fn try_lock(dev: &'a NeuronDevice, ring: &'a H2tRing) -> Option<Self> {
+        ring.try_lock().map(|inner| RingGuard { dev, ring, inner })
+    }
+
+    /// Context `slot`.
+    pub(crate) fn ctx(&self, slot: usize) -> &DmaContext {
+        &self.inner.contexts[slot]
+    }
+
+    /// Installs a new transfer on context `slot` (which must be free).
+    pub(crate) fn begin(&mut self, slot: usize, ctx: DmaContext) {
+        debug_assert!(!self.inner.contexts[slot].inuse, "context {slot} is still in use");
+        self.inner.contexts[slot] = ctx;
+        self.ring.stats.add_submitted(1);
+    }
+
+    /// Stages the next batch of context `slot` and rings the doorbells (`ndma_memcpy_chunks`).
+    ///
+    /// # Errors
+    ///
+    /// HAL errors while staging; the caller must [`RingGuard::recover`] (part of a batch may be staged).
+    pub(crate) fn stage(&mut self, slot: usize) -> Result<()> {
+        stage_batch(self.dev.dhal, &*self.dev.bar0, self.ring, &mut self.inner, slot)?;
+        let seq = self.inner.next_seq;
+        self.inner.next_seq += 1;
+        let ctx = &mut self.inner.contexts[slot];
+        ctx.in_flight = ctx.pending_transfers;
+        ctx.staged_seq = seq;
+        Ok(())
+    }
+
+    /// Restarts context `slot`'s reset-window clock (each new batch of a synchronous copy).
+    pub(crate) fn restart_clock(&mut self, slot: usize) {
+        self.inner.contexts[slot].start_time = self.dev.platform.jiffies();
+    }
+
+    /// After the first batch of a transfer is staged: fault in its prefetch range, if it has one (best
+    /// effort, as the driver: a failure is only logged). Replays do not prefetch again.
+    pub(crate) fn prefetch(&self, slot: usize) {
+        let ctx = &self.inner.contexts[slot];
+        if let Some(addr) = ctx.prefetch {
+            if let Err(why) = self.dev.platform.prefetch_user_pages(addr, ctx.size) {
+                tracing::info!(addr, size = ctx.size, "prefetch of user pages failed: {why}");
+            }
+        }
+    }
+
+    /// Re-programs the queue (cursors to 0, phase 1): every staged batch is abandoned.
+    pub(super) fn reinit_queue(&mut self) {
+        self.inner.queue.reinit(&*self.dev.bar0);
+        for ctx in &mut self.inner.contexts {
+            ctx.in_flight = 0;
+        }
+        self.ring.stats.add_ring_resets(1);
+    }
+
+    /// Marks context `slot`'s batch done: the marker was seen and the slots acked.
+    pub(super) fn complete_batch(&mut self, slot: usize) {
+        let ctx = &mut self.inner.contexts[slot];
+        ctx.in_flight = 0;
+        ctx.offset += ctx.outstanding;
+        ctx.remaining -= ctx.outstanding;
+        self.ring.stats.add_bytes(ctx.outstanding);
+        if ctx.remaining == 0 {
+            self.ring.stats.add_transfers(1);
+        }
+    }
+
+    /// Releases context `slot` (it must have nothing in flight): it is free again and its memory is no longer
+    /// held.
+    pub(crate) fn release(&mut self, slot: usize) {
+        self.inner.contexts[slot].release();
+    }
+
+    /// After a failure: re-initialise the queue so nothing half-staged or hung is left on it (the C driver
+    /// leaves the ring as it is, un-acked). Every other transfer that was in flight on the ring is aborted:
+    /// its memory is released at once (the engine no longer sees its descriptors) and waiting for it reports
+    /// [`NdmaError::Aborted`].
+    pub(crate) fn recover(&mut self) {
+        self.quiesce();
+        tracing::warn!(
+            nc = self.ring.nc,
+            eng = self.ring.eng_id,
+            qid = self.ring.qid,
+            "H2T ring re-initialised after a failed copy"
+        );
+    }
+
+    /// Abandons whatever is in flight and re-initialises the queue: afterwards the engine holds no
+    /// descriptor of this ring.
+    pub(crate) fn quiesce(&mut self) {
+        for ctx in self.inner.contexts.iter_mut().filter(|c| c.inuse && c.in_flight > 0) {
+            ctx.aborted = true;
+            ctx.held.clear();
+        }
+        self.reinit_queue();
+    }
+
+    /// Takes an in-use context out of a chain: releases it, reporting an abort as an error.
+    pub(crate) fn finish(&mut self, slot: usize, handle: CtxHandle) -> Result<()> {
+        let aborted = self.inner.contexts[slot].aborted;
+        self.release(slot);
+        if aborted {
+            self.ring.stats.add_aborts(1);
+            return Err(NdmaError::Aborted(handle.raw()));
+        }
+        Ok(())
+    }
+
+    /// The slot accounting now: `(slots in use, slots the contexts account for)`.
+    pub(crate) fn slot_accounting(&self) -> (u32, u32) {
+        (self.slots_in_use(), self.slots_accounted())
+    }
+
+    /// Descriptor slots the ring holds between its consumer and producer cursors (TX; RX moves in lock-step).
+    fn slots_in_use(&self) -> u32 {
+        let tx = self.inner.queue.tx();
+        tx.next_desc_idx().wrapping_sub(tx.next_cdesc_idx()) & tx.size_mask()
+    }
+
+    /// Descriptor slots the contexts account for.
+    fn slots_accounted(&self) -> u32 {
+        self.inner.contexts.iter().map(|c| c.in_flight).sum()
+    }
+
+    /// Is context `slot`'s marker visible (without acking)? Aborted and idle contexts count as done.
+    pub(crate) fn marker_seen(&self, slot: usize) -> bool {
+        let ctx = &self.inner.contexts[slot];
+        ctx.in_flight == 0 || super::wait::marker_visible(self.ring, slot)
+    }
+}
+
+impl Drop for RingGuard<'_> {
+    fn drop(&mut self) {
+        // The invariant of the module doc, checked at every unlock in debug builds (tests): a leaked slot is
+        // caught where it happens, not when the ring runs dry thousands of copies later.
+        if !std::thread::panicking() {
+            debug_assert_eq!(
+                self.slots_in_use(),
+                self.slots_accounted(),
+                "NC {} ring: slots in use differ from what the contexts account for",
+                self.ring.nc
+            );
+        }
+    }
+}
