@@ -8,7 +8,7 @@ use crate::device::{DeviceHw, NeuronDevice};
 use crate::{arch, Platform, Result};
 
 /// Every device of the system, by index, for `is_valid_host_mem`'s cross-device search.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Registry {
     devices: RwLock<Vec<Weak<NeuronDevice>>>,
 }
@@ -24,6 +24,7 @@ impl Registry {
 }
 
 /// The Neuron devices of one machine.
+#[derive(Debug)]
 pub struct System {
     arch: Arch,
     devices: Vec<Arc<NeuronDevice>>,

@@ -150,9 +150,9 @@ impl<'a> RingGuard<'a> {
         tx.next_desc_idx().wrapping_sub(tx.next_cdesc_idx()) & tx.size_mask()
     }
 
-    /// Descriptor slots the contexts account for.
+    /// Descriptor slots the in-use contexts account for.
     fn slots_accounted(&self) -> u32 {
-        self.inner.contexts.iter().map(|c| c.in_flight).sum()
+        self.inner.contexts.iter().filter(|c| c.inuse).map(|c| c.in_flight).sum()
     }
 
     /// Is context `slot`'s marker visible (without acking)? Aborted and idle contexts count as done.

@@ -44,3 +44,78 @@ pub(crate) fn add_completion_desc(
         )
         .map_err(NdmaError::MarkerStaging)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+    use std::sync::Arc;
+
+    use udma::{Barrier, DmaMemory, M2mQueue, Mmio, Ring, UdmaError};
+
+    use super::*;
+    use crate::ring::HostRing;
+
+    /// Plain aligned memory posing as host DMA memory (its "physical" address is its CPU address).
+    struct Plain {
+        ptr: *mut u8,
+        len: usize,
+    }
+
+    impl Plain {
+        fn new(len: usize) -> Arc<Plain> {
+            // SAFETY: a non-zero size and a power-of-two alignment make a valid layout.
+            let ptr = unsafe { alloc_zeroed(Layout::from_size_align(len, 256).unwrap()) };
+            assert!(!ptr.is_null());
+            Arc::new(Plain { ptr, len })
+        }
+    }
+
+    impl Drop for Plain {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { dealloc(self.ptr, Layout::from_size_align(self.len, 256).unwrap()) };
+        }
+    }
+
+    // SAFETY: the pointer is valid for `len` bytes, 256-byte aligned, owned by the value.
+    unsafe impl Send for Plain {}
+    // SAFETY: as above; shared access goes through the `DmaMemory` accessors.
+    unsafe impl Sync for Plain {}
+
+    // SAFETY: `ptr` is non-null, 256-byte aligned and valid for `len` bytes while the value lives.
+    unsafe impl DmaMemory for Plain {
+        fn as_ptr(&self) -> *mut u8 {
+            self.ptr
+        }
+        fn len(&self) -> usize {
+            self.len
+        }
+        fn phys_addr(&self) -> u64 {
+            self.ptr as u64
+        }
+    }
+
+    struct NoMmio;
+    impl Mmio for NoMmio {
+        fn read32(&self, _: u64) -> u32 {
+            0
+        }
+        fn write32(&self, _: u64, _: u32) {}
+    }
+
+    #[test]
+    fn a_marker_that_cannot_be_staged_is_the_drivers_bare_minus_one() {
+        let ring = |mem: Arc<Plain>| Ring { dma_addr: mem.phys_addr(), mem: HostRing(mem) };
+        let mut q =
+            M2mQueue::init(&NoMmio, 0, 0, 16, ring(Plain::new(32 * 16)), ring(Plain::new(32 * 16)), 32, None).unwrap();
+        // 32 slots less the 16-slot guard: 16 data pairs fill the ring.
+        for _ in 0..16 {
+            q.copy_prepare_one(0x1000, 0x2000, 64, Barrier::None, false).unwrap();
+        }
+        let completion = Plain::new(256);
+        let err = add_completion_desc(&mut q, &*completion, completion.phys_addr(), 8, Barrier::None).unwrap_err();
+        assert_eq!(err, NdmaError::MarkerStaging(UdmaError::RingFull { qid: 0, dir: udma::Direction::Tx }));
+        assert_eq!(err.errno(), -1, "FACTS §6: -1, not the HAL's -ENOMEM");
+        assert_eq!(completion.load_u32(8, Ordering::Relaxed), Ok(DMA_COMPLETION_MARKER), "the words were seeded");
+    }
+}

@@ -1,0 +1,241 @@
+//! Memory handed to the engine belongs to the transfer until it completes or is recovered, and every
+//! descriptor slot belongs to exactly one context: the soundness properties of the classic path.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use ndma::{AsyncPipeline, CtxHandle, NdmaError, Transfer};
+use ndma_emu::{ClockKind, EmuDevice, ExecPolicy, OrderingMode, PlannedFault};
+use udma::{regs, Arch, Direction, Mmio};
+
+/// Pauses (clears the enable bits of) or resumes both rings of NC `nc`'s H2T queue, as a register write the
+/// device model honours: a paused queue keeps what its doorbells handed over pending.
+fn set_enabled(dev: &ndma::NeuronDevice, emu: &EmuDevice, nc: u32, on: bool) {
+    let (eng, qid) = dev.h2t_queue(nc).unwrap();
+    let base = dev.dhal().engine_base(eng).unwrap();
+    let cfg = if on { regs::Q_CFG_ENABLED } else { regs::Q_CFG_RESET_VALUE };
+    for dir in [Direction::Tx, Direction::Rx] {
+        emu.write32(regs::queue_base(base, dir, qid) + regs::q::CFG, cfg);
+    }
+}
+
+fn pending(dev: &ndma::NeuronDevice, emu: &EmuDevice, nc: u32) -> u32 {
+    let (eng, qid) = dev.h2t_queue(nc).unwrap();
+    emu.pending(eng, qid, Direction::Rx)
+}
+
+#[test]
+fn dropping_the_chunks_of_an_async_copy_in_flight_frees_nothing_the_engine_still_uses() {
+    for arch in Arch::ALL {
+        let tb = adversarial(arch, ExecPolicy::Inline);
+        let (dev, emu) = tb.device(0);
+        let size = 3 * 65536 + 123;
+        let src = alloc(dev, true, size, 0);
+        let dst = alloc(dev, false, size, 0);
+        let data = pattern(size as usize, 7);
+        put(emu, &src, 0, &data);
+        let (src_pa, dst_pa) = (src.pa(), dst.pa());
+        // Hold the copy in flight: the queue is paused, its doorbells stay pending.
+        set_enabled(dev, emu, 0, false);
+        let h = dev.memcpy_mc_async(&src, &dst, 0, 0, size, 0, CtxHandle::None).unwrap();
+        assert_eq!(pending(dev, emu, 0), 5, "{arch}: 4 data pairs + the marker handed over, none executed");
+        let dst_weak = Arc::downgrade(&dst);
+        drop(src);
+        drop(dst);
+        // New chunks of the same sizes, written by their new owner. Were the old ranges freed, first fit would
+        // hand them out again and the engine would read the new owner's bytes and write over them.
+        let src2 = alloc(dev, true, size, 0);
+        let dst2 = alloc(dev, false, size, 0);
+        assert_ne!(src2.pa(), src_pa, "{arch}: the source is still the copy's");
+        assert_ne!(dst2.pa(), dst_pa, "{arch}: the destination is still the copy's");
+        put(emu, &src2, 0, &vec![0x33; size as usize]);
+        put(emu, &dst2, 0, &vec![0x44; size as usize]);
+        set_enabled(dev, emu, 0, true);
+        dev.wait_handle(0, h).unwrap();
+        assert!(get(emu, &dst2, 0, size).iter().all(|&b| b == 0x44), "{arch}: the new allocation is untouched");
+        assert!(get(emu, &src2, 0, size).iter().all(|&b| b == 0x33), "{arch}");
+        // The copy moved the original bytes into the original destination, then let go of it.
+        let mut landed = vec![0u8; size as usize];
+        emu.hbm_read(dst_pa, &mut landed).unwrap();
+        assert!(landed == data, "{arch}: the in-flight copy completed with its own source");
+        assert!(dst_weak.upgrade().is_none(), "{arch}: the wait released the chunk");
+        assert_eq!(dev.alloc_device(size, 0).unwrap().pa(), dst_pa, "{arch}: and its range is free again");
+    }
+}
+
+#[test]
+fn a_refused_async_call_leaves_every_slot_accounted_for() {
+    // async(None), async(h1), async(None), async(ASYNC1): the last one finds ASYNC2 still in use.
+    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    let ws: Vec<Windows> = (0..3).map(|i| Windows::new(dev, emu, Dir::H2D, 60_000 + 10 * i, 0, i)).collect();
+    let t = |w: &Windows, prev| dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, prev);
+    set_enabled(dev, emu, 0, false);
+    let h1 = t(&ws[0], CtxHandle::None).unwrap();
+    set_enabled(dev, emu, 0, true);
+    let h2 = t(&ws[1], h1).unwrap();
+    set_enabled(dev, emu, 0, false);
+    assert_eq!(h2, CtxHandle::Async2);
+    let h3 = t(&ws[2], CtxHandle::None).unwrap();
+    assert_eq!(h3, CtxHandle::Async1);
+    let (used, accounted) = dev.ring_slot_accounting(0).unwrap();
+    assert_eq!((used, accounted), (4, 4), "two 2-pair batches in flight");
+    let before = dev.ring_stats(0).unwrap();
+    assert_eq!(t(&ws[0], CtxHandle::Async1), Err(NdmaError::ContextInUse(2)));
+    assert_eq!(NdmaError::ContextInUse(2).errno(), -16);
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (4, 4), "the refusal neither freed nor leaked a slot");
+    assert_eq!(dev.ring_stats(0).unwrap(), before, "nothing staged, nothing waited");
+    set_enabled(dev, emu, 0, true);
+    // Both copies are still in flight and can be waited for, in any order.
+    dev.wait_handle(0, CtxHandle::Async1).unwrap();
+    dev.wait_handle(0, CtxHandle::Async2).unwrap();
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    for (i, w) in ws.iter().enumerate() {
+        w.verify(emu, &format!("copy {i}"));
+    }
+}
+
+#[test]
+fn a_failure_on_the_ring_aborts_the_copy_in_flight_and_releases_its_memory() {
+    let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let a = Windows::new(dev, emu, Dir::H2D, 10_000, 0, 1);
+    let b = Windows::new(dev, emu, Dir::D2H, 20_000, 0, 2);
+    let held = Arc::downgrade(&a.dst);
+    let a_dst = a.dst.pa();
+    // A's copy is staged behind a hang; a synchronous copy on the same ring then times out.
+    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let h = dev.start(&a.transfer()).unwrap();
+    assert!(!h.is_complete());
+    assert!(matches!(b.copy(dev), Err(NdmaError::Timeout { .. })));
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0), "the recovery re-initialised the ring");
+    assert!(h.is_complete(), "an aborted copy is over");
+    assert_eq!(h.wait(), Err(NdmaError::Aborted(1)));
+    assert_eq!(NdmaError::Aborted(1).errno(), -5);
+    assert_eq!(dev.ring_stats(0).unwrap().aborts, 1);
+    drop(a);
+    assert!(held.upgrade().is_none(), "the aborted copy no longer holds its memory");
+    // The ring works: the failed copy again, and a copy into the aborted one's (first-fit reused) memory.
+    let c = Windows::new(dev, emu, Dir::H2D, 10_000, 0, 3);
+    assert_eq!(c.dst.pa(), a_dst, "the aborted copy's destination range was freed");
+    b.copy(dev).unwrap();
+    b.verify(emu, "the copy after the recovery");
+    c.copy(dev).unwrap();
+    c.verify(emu, "a copy into the aborted copy's memory");
+}
+
+#[test]
+fn v2_replay_restages_every_batch_in_flight_in_staging_order() {
+    let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let a = Windows::new(dev, emu, Dir::H2D, 70_000, 0, 4);
+    let s = Windows::new(dev, emu, Dir::D2H, 90_000, 0, 5);
+    // Both doorbells ring inside the reset: the queue hangs; the sync copy's wait times out inside the window
+    // and the ring is re-initialised. The async copy staged before it must be replayed too, first.
+    assert!(emu.reset_nc(0, 10));
+    let h = dev.start(&a.transfer()).unwrap();
+    s.copy(dev).unwrap();
+    let st = dev.ring_stats(0).unwrap();
+    assert_eq!((st.retries, st.replays), (1, 2), "{st:?}");
+    h.wait().unwrap();
+    a.verify(emu, "the async copy replayed before the sync one");
+    s.verify(emu, "the sync copy");
+    assert_eq!(dev.ring_stats(0).unwrap().transfers, 2);
+}
+
+#[test]
+fn in_flight_handles_chain_drain_on_drop_and_answer_without_blocking() {
+    let tb = adversarial(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    let ws: Vec<Windows> = (0..4).map(|i| Windows::new(dev, emu, Dir::H2D, 5000 + i, (i % 2) as u32, i)).collect();
+    set_enabled(dev, emu, 0, false);
+    let h = dev.start(&ws[0].transfer()).unwrap();
+    assert_eq!((h.nc(), h.handle()), (0, CtxHandle::Async1));
+    assert!(!h.is_complete(), "paused: the marker has not landed");
+    set_enabled(dev, emu, 0, true);
+    assert!(h.is_complete(), "the inline engine ran on the resume");
+    assert_eq!(dev.ring_stats(0).unwrap().transfers, 0, "a query acks nothing");
+    // Same ring: staged on ASYNC2, waits ASYNC1. Other ring: drains, then starts there.
+    let h = h.then(&ws[2].transfer()).unwrap();
+    assert_eq!((h.nc(), h.handle()), (0, CtxHandle::Async2));
+    let h = h.then(&ws[1].transfer()).unwrap();
+    assert_eq!((h.nc(), h.handle()), (1, CtxHandle::Async1));
+    // A refusal before staging waits the copy in flight and reports the refusal.
+    let bad = Transfer::new(&ws[3].src, &ws[3].dst, 1 << 40);
+    assert!(matches!(h.then(&bad), Err(NdmaError::OutOfRange { what: "source chunk", .. })));
+    assert_eq!(dev.ring_slot_accounting(1).unwrap(), (0, 0));
+    {
+        let _dropped = dev.start(&ws[3].transfer()).unwrap();
+    }
+    assert_eq!(dev.wait_handle(1, CtxHandle::Async1), Err(NdmaError::ContextNotInUse(1)), "drop waited");
+    for (i, w) in ws.iter().enumerate() {
+        w.verify(emu, &format!("copy {i}"));
+    }
+    // A second chain on a ring whose chain is in flight is refused; the first is untouched.
+    let first = dev.start(&ws[0].transfer()).unwrap();
+    assert!(matches!(dev.start(&ws[2].transfer()), Err(NdmaError::ContextInUse(1))));
+    first.wait().unwrap();
+    let mut p = AsyncPipeline::new(dev);
+    assert!(p.is_idle());
+    p.submit(&ws[0].transfer()).unwrap();
+    p.finish().unwrap();
+}
+
+#[test]
+fn memset_of_a_host_chunk_runs_both_steps_on_the_chunks_nc() {
+    let tb = adversarial(Arch::V3, ExecPolicy::Inline);
+    let (dev, _) = tb.device(0);
+    let mc = dev.alloc_host(300_000, 5).unwrap();
+    mc.fill(0, 300_000, 0xEE).unwrap();
+    dev.memset(&mc, 100, 0x5a, 200_000).unwrap();
+    let mut got = vec![0u8; 300_000];
+    mc.read(0, &mut got).unwrap();
+    assert!(got[..100].iter().all(|&b| b == 0xEE) && got[200_100..].iter().all(|&b| b == 0xEE));
+    assert!(got[100..200_100].iter().all(|&b| b == 0x5a));
+    assert_eq!(dev.ring_stats(5).unwrap().transfers, 2, "fill and replicate on NC 5");
+    assert_eq!(dev.ring_stats(0).unwrap().transfers, 0, "nothing on NC 0");
+}
+
+#[test]
+fn the_sync_handle_keeps_its_prefetch() {
+    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    let w = Windows::new(dev, emu, Dir::D2H, 200_000, 0, 9);
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0x7f00_0000, CtxHandle::Sync).unwrap();
+    assert_eq!(h, CtxHandle::Sync);
+    assert_eq!(tb.platform.prefetches(), vec![(0x7f00_0000, 200_000)]);
+    w.verify(emu, "sync copy through the async entry");
+    dev.copy(&w.transfer().prefetch(0x7f00_1000)).unwrap();
+    assert_eq!(tb.platform.prefetches().len(), 2);
+}
+
+#[test]
+fn dropping_the_device_quiesces_its_rings() {
+    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    let w = Windows::new(dev, emu, Dir::H2D, 100_000, 0, 3);
+    set_enabled(dev, emu, 0, false);
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, CtxHandle::None).unwrap();
+    assert_eq!(h, CtxHandle::Async1);
+    assert_eq!(pending(dev, emu, 0), 3);
+    let emu = Arc::clone(emu);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    drop(w);
+    let ndma_emu::Testbed { system, platform, emu: sys } = tb;
+    drop(system);
+    assert_eq!(emu.pending(eng, qid, Direction::Rx), 0, "nothing left for the engine in freed ring memory");
+    assert_eq!(emu.pending(eng, qid, Direction::Tx), 0);
+    drop((platform, sys));
+}
+
+#[test]
+fn a_device_of_another_generation_is_refused() {
+    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+    let hw = ndma_emu::device_hw(tb.emu.device(0));
+    let err = ndma::System::new(Arch::V3, tb.platform.clone(), vec![hw]).unwrap_err();
+    assert_eq!(err, NdmaError::ArchMismatch { device: 0, declared: Arch::V3, found: Arch::V2 });
+    assert_eq!(err.errno(), -19);
+}
