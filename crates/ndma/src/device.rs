@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use udma::Mmio;
 
@@ -11,6 +11,8 @@ use crate::memory::{MemChunk, MemPool};
 use crate::ring::H2tRing;
 use crate::stats::StatsSnapshot;
 use crate::system::Registry;
+use crate::zerocopy::pin::Pinned;
+use crate::zerocopy::CompletionThread;
 use crate::{Dhal, NdmaError, Platform, Result};
 
 /// `MEMSET_HOST_BUF_SIZE`: the host fill buffer memset copies from (= `MAX_DMA_DESC_SIZE`).
@@ -58,6 +60,10 @@ pub struct NeuronDevice {
     pub(crate) resets: Option<Arc<dyn ResetClock>>,
     pub(crate) registry: Weak<Registry>,
     zerocopy_trn1_override: AtomicBool,
+    /// The zero-copy completion thread, started on the first async submit.
+    pub(crate) completion_thread: CompletionThread,
+    /// This device as its system holds it (for the completion thread).
+    self_ref: OnceLock<Weak<NeuronDevice>>,
 }
 
 impl NeuronDevice {
@@ -105,6 +111,8 @@ impl NeuronDevice {
             resets: hw.resets,
             registry,
             zerocopy_trn1_override: AtomicBool::new(false),
+            completion_thread: CompletionThread::default(),
+            self_ref: OnceLock::new(),
         })
     }
 
@@ -217,6 +225,26 @@ impl NeuronDevice {
         self.rings.iter().flatten().fold(StatsSnapshot::default(), |acc, r| acc.merged(&r.stats.snapshot()))
     }
 
+    /// Records the `Arc` the system holds this device in.
+    pub(crate) fn set_self_ref(&self, me: Weak<NeuronDevice>) {
+        let _ = self.self_ref.set(me);
+    }
+
+    /// A weak reference to this device (dangling if it was never put in a system).
+    pub(crate) fn self_ref(&self) -> Weak<NeuronDevice> {
+        self.self_ref.get().cloned().unwrap_or_default()
+    }
+
+    /// The ring whose completion-thread bit is `bit`.
+    pub(crate) fn ring_of_bit(&self, bit: u32) -> Option<&H2tRing> {
+        self.rings.iter().flatten().find(|r| self.dhal.ctx_queue_bit(r.eng_id, r.qid) == Some(bit))
+    }
+
+    /// The pre-pinned pages covering `n` pages of `pid` from `va`, if a registered range holds them.
+    pub(crate) fn prepinned(&self, pid: u32, va: u64, n: usize) -> Option<Pinned> {
+        self.registry.upgrade()?.pinned.try_populate(pid, va, n)
+    }
+
     /// The `zerocopy_trn1_override` module parameter: allow zero-copy on an arch with the reset-window retry.
     pub fn set_zerocopy_trn1_override(&self, on: bool) {
         self.zerocopy_trn1_override.store(on, Ordering::Relaxed);
@@ -242,8 +270,11 @@ impl Drop for NeuronDevice {
     /// hold are freed: a re-initialised queue has nothing pending, so the engine can no longer fetch a
     /// descriptor from — or write through one into — memory that is about to be reused.
     fn drop(&mut self) {
+        self.completion_thread.stop();
         for ring in self.rings.iter().flatten() {
-            crate::classic::RingGuard::lock(self, ring).quiesce();
+            let mut g = crate::classic::RingGuard::lock(self, ring);
+            g.quiesce();
+            g.zc_teardown();
         }
     }
 }

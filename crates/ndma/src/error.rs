@@ -119,6 +119,60 @@ pub enum NdmaError {
         /// The negative errno.
         errno: i32,
     },
+    /// A zero-copy submit names a queue the NC does not own (`-ENOENT`).
+    #[error("NeuronCore {nc} does not own H2T queue {qid}")]
+    NotOwner {
+        /// The NC.
+        nc: u32,
+        /// The queue asked for.
+        qid: i32,
+    },
+    /// Zero-copy is off on this arch (V2 without `zerocopy_trn1_override`) (`-EINVAL`).
+    #[error("zero-copy DMA is not supported on this device")]
+    ZeroCopyUnsupported,
+    /// An async zero-copy request on an arch without async zero-copy (V2: no context-queue bit) (`-EINVAL`).
+    #[error("async zero-copy DMA is not supported on this device (no completion thread for its rings)")]
+    AsyncZeroCopyUnsupported,
+    /// The zero-copy context queue is full (`-EBUSY`): an async request never waits.
+    #[error("zero-copy context queue of NeuronCore {nc} is full")]
+    QueueFull {
+        /// The NC.
+        nc: u32,
+    },
+    /// The calling task has no user address space to pin pages in (`-EFAULT`).
+    #[error("the calling task has no user address space")]
+    NoAddressSpace,
+    /// A pre-pinned range of address or size 0, or one that overflows (`-EINVAL`).
+    #[error("cannot pin {size} bytes at {va:#x}")]
+    InvalidPinRange {
+        /// Start.
+        va: u64,
+        /// Bytes.
+        size: u64,
+    },
+    /// A pre-pinned range overlapping one the process already registered (`-EEXIST`).
+    #[error("pinned range at {va:#x} overlaps the one registered at {existing:#x}")]
+    PinnedRangeExists {
+        /// The new range's start.
+        va: u64,
+        /// The existing range's start.
+        existing: u64,
+    },
+    /// No pre-pinned range starts at that address (`-ENOENT`).
+    #[error("no pinned range starts at {va:#x}")]
+    NoPinnedRange {
+        /// The address asked for.
+        va: u64,
+    },
+    /// A result carried as an errno: a completed dummy's, or a queued piece's that failed earlier.
+    #[error("DMA failed (errno {errno})")]
+    Failed {
+        /// The negative errno.
+        errno: i32,
+    },
+    /// The zero-copy completion thread could not be started (`-ENOMEM`).
+    #[error("cannot start the completion thread: {0}")]
+    Thread(String),
     /// The V2 reset-window retry gave up after the bounded number of replays (`-ETIMEDOUT`).
     #[error("DMA still hung after {replays} reset-window replays")]
     RetryExhausted {
@@ -132,9 +186,16 @@ impl NdmaError {
     pub fn errno(&self) -> i32 {
         match self {
             NdmaError::Udma(e) => e.errno(),
-            NdmaError::Pin { errno, .. } => *errno,
+            NdmaError::Pin { errno, .. } | NdmaError::Failed { errno } => *errno,
+            NdmaError::NotOwner { .. } | NdmaError::NoPinnedRange { .. } => -errno::ENOENT,
+            NdmaError::QueueFull { .. } => -errno::EBUSY,
+            NdmaError::NoAddressSpace => -errno::EFAULT,
+            NdmaError::PinnedRangeExists { .. } => -errno::EEXIST,
+            NdmaError::ZeroCopyUnsupported
+            | NdmaError::AsyncZeroCopyUnsupported
+            | NdmaError::InvalidPinRange { .. } => -errno::EINVAL,
             NdmaError::Timeout { .. } | NdmaError::RetryExhausted { .. } => -errno::ETIMEDOUT,
-            NdmaError::NoMemory { .. } => -errno::ENOMEM,
+            NdmaError::NoMemory { .. } | NdmaError::Thread(_) => -errno::ENOMEM,
             NdmaError::ContextInUse(_) => -errno::EBUSY,
             NdmaError::Aborted(_) => -errno::EIO,
             NdmaError::MarkerStaging(_) => -errno::EPERM,

@@ -23,6 +23,7 @@ mod ring;
 mod stats;
 mod system;
 pub mod validate;
+pub mod zerocopy;
 
 pub use arch::{dhal, Dhal, Instance, WaitBudget};
 pub use classic::marker::{DMA_COMPLETION_MARKER, DMA_COMPLETION_MARKER_SIZE};
@@ -37,3 +38,4 @@ pub use platform::{HostBuf, Platform, UserMm, PAGE_SIZE};
 pub use ring::{DMA_H2T_DESC_COUNT, H2T_RING_SIZE};
 pub use stats::StatsSnapshot;
 pub use system::System;
+pub use zerocopy::BatchOp;

@@ -42,6 +42,8 @@ pub(crate) struct RingInner {
     pub contexts: [DmaContext; CTX_HANDLE_CNT],
     /// Sequence number of the next staged batch (orders replays).
     pub next_seq: u64,
+    /// The zero-copy context and completion queues, created on first use.
+    pub zc: Option<Box<crate::zerocopy::ZcRing>>,
 }
 
 /// One NC's H2T ring.
@@ -91,7 +93,7 @@ impl H2tRing {
             nc,
             eng_id,
             qid,
-            inner: Mutex::new(RingInner { queue, contexts: Default::default(), next_seq: 0 }),
+            inner: Mutex::new(RingInner { queue, contexts: Default::default(), next_seq: 0, zc: None }),
             completion,
             completion_dma,
             stats: RingStats::default(),

@@ -20,6 +20,8 @@ pub struct RingStats {
     replays: AtomicU64,
     ring_resets: AtomicU64,
     aborts: AtomicU64,
+    zc_pieces: AtomicU64,
+    cqes: AtomicU64,
 }
 
 /// A snapshot of [`RingStats`]. A snapshot is not synchronisation: other threads may be counting.
@@ -52,6 +54,10 @@ pub struct StatsSnapshot {
     pub ring_resets: u64,
     /// In-flight transfers abandoned by a ring re-initialisation, reported when they were waited for.
     pub aborts: u64,
+    /// Zero-copy pieces issued (each: its data descriptors, a marker, one doorbell pair).
+    pub zc_pieces: u64,
+    /// Completion-queue entries produced (posted or backlogged).
+    pub cqes: u64,
 }
 
 macro_rules! counters {
@@ -100,4 +106,6 @@ counters! {
     replays => add_replays,
     ring_resets => add_ring_resets,
     aborts => add_aborts,
+    zc_pieces => add_zc_pieces,
+    cqes => add_cqes,
 }

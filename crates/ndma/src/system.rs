@@ -5,12 +5,21 @@ use std::sync::{Arc, RwLock, Weak};
 use udma::Arch;
 
 use crate::device::{DeviceHw, NeuronDevice};
+use crate::zerocopy::prepinned::PinnedStore;
 use crate::{arch, Platform, Result};
 
 /// Every device of the system, by index, for `is_valid_host_mem`'s cross-device search.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Registry {
     devices: RwLock<Vec<Weak<NeuronDevice>>>,
+    /// Pre-pinned host memory of every process (`ndma_pin_host_memory`).
+    pub(crate) pinned: PinnedStore,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("devices", &self.len()).field("pinned_ranges", &self.pinned.len()).finish()
+    }
 }
 
 impl Registry {
@@ -24,11 +33,11 @@ impl Registry {
 }
 
 /// The Neuron devices of one machine.
-#[derive(Debug)]
 pub struct System {
     arch: Arch,
     devices: Vec<Arc<NeuronDevice>>,
-    _registry: Arc<Registry>,
+    registry: Arc<Registry>,
+    platform: Arc<dyn Platform>,
 }
 
 impl System {
@@ -48,11 +57,14 @@ impl System {
             .into_iter()
             .enumerate()
             .map(|(i, hw)| {
-                NeuronDevice::new(i as u32, dhal, platform.clone(), hw, Arc::downgrade(&registry)).map(Arc::new)
+                NeuronDevice::new(i as u32, dhal, Arc::clone(&platform), hw, Arc::downgrade(&registry)).map(Arc::new)
             })
             .collect::<Result<Vec<_>>>()?;
+        for d in &devices {
+            d.set_self_ref(Arc::downgrade(d));
+        }
         *registry.devices.write().unwrap_or_else(|p| p.into_inner()) = devices.iter().map(Arc::downgrade).collect();
-        Ok(System { arch, devices, _registry: registry })
+        Ok(System { arch, devices, registry, platform })
     }
 
     /// Device generation.
@@ -68,5 +80,29 @@ impl System {
     /// Every device.
     pub fn devices(&self) -> &[Arc<NeuronDevice>] {
         &self.devices
+    }
+
+    /// The platform the devices run on.
+    pub fn platform(&self) -> &Arc<dyn Platform> {
+        &self.platform
+    }
+
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+impl Drop for System {
+    /// Stops every device's completion thread (each drains what its queues hold) before the devices go.
+    fn drop(&mut self) {
+        for d in &self.devices {
+            d.completion_thread.stop();
+        }
+    }
+}
+
+impl std::fmt::Debug for System {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("System").field("arch", &self.arch).field("devices", &self.devices).finish()
     }
 }

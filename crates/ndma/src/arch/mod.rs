@@ -67,6 +67,10 @@ pub trait Dhal: Send + Sync + 'static {
     /// `ndma_retry_memcpy`: does this generation need the reset-window retry (V2 only)?
     fn retry_memcpy(&self) -> bool;
 
+    /// `ndmar_ctx_queue_bit` ([N]): the bit of queue (`eng`, `qid`) in the completion thread's non-empty-queue
+    /// bitmap, or `None` where the arch has no async zero-copy (V2: the driver's bit is always 0 there).
+    fn ctx_queue_bit(&self, eng: u32, qid: u32) -> Option<u32>;
+
     /// `ndma_validate_pa`: a host address (per the arch's host mask) must be host memory some process
     /// allocated (`is_valid_host_mem`); every other address passes.
     fn validate_pa(&self, pa: u64, is_valid_host_mem: &dyn Fn(u64) -> bool) -> bool {

@@ -40,4 +40,8 @@ impl Dhal for V2 {
     fn retry_memcpy(&self) -> bool {
         true
     }
+
+    fn ctx_queue_bit(&self, _eng: u32, _qid: u32) -> Option<u32> {
+        None
+    }
 }

@@ -34,4 +34,10 @@ impl Dhal for V3 {
     fn retry_memcpy(&self) -> bool {
         false
     }
+
+    fn ctx_queue_bit(&self, eng: u32, qid: u32) -> Option<u32> {
+        // (eng − 128)·16 + q over the four IO engines: 64 bits.
+        let first = H2T_ENGINES[0];
+        (eng >= first && eng < first + H2T_ENGINES.len() as u32 && qid < 16).then(|| (eng - first) * 16 + qid)
+    }
 }

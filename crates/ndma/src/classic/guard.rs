@@ -18,9 +18,9 @@ use crate::{NdmaError, Result};
 
 /// NC `ring.nc`'s H2T ring with its lock held.
 pub(crate) struct RingGuard<'a> {
-    pub(super) dev: &'a NeuronDevice,
-    pub(super) ring: &'a H2tRing,
-    pub(super) inner: MutexGuard<'a, RingInner>,
+    pub(crate) dev: &'a NeuronDevice,
+    pub(crate) ring: &'a H2tRing,
+    pub(crate) inner: MutexGuard<'a, RingInner>,
 }
 
 impl<'a> RingGuard<'a> {
@@ -125,6 +125,10 @@ impl<'a> RingGuard<'a> {
             ctx.aborted = true;
             ctx.held.clear();
         }
+        // Zero-copy pieces in flight are still pinned: they go back to be issued again.
+        if let Some(zc) = self.inner.zc.as_mut() {
+            zc.queue.requeue_submitted();
+        }
         self.reinit_queue();
     }
 
@@ -150,9 +154,10 @@ impl<'a> RingGuard<'a> {
         tx.next_desc_idx().wrapping_sub(tx.next_cdesc_idx()) & tx.size_mask()
     }
 
-    /// Descriptor slots the in-use contexts account for.
+    /// Descriptor slots the in-use classic contexts and the submitted zero-copy contexts account for.
     fn slots_accounted(&self) -> u32 {
-        self.inner.contexts.iter().filter(|c| c.inuse).map(|c| c.in_flight).sum()
+        let classic: u32 = self.inner.contexts.iter().filter(|c| c.inuse).map(|c| c.in_flight).sum();
+        classic + self.inner.zc.as_ref().map_or(0, |zc| zc.queue.slots_in_flight())
     }
 
     /// Is context `slot`'s marker visible (without acking)? Aborted and idle contexts count as done.
@@ -173,6 +178,9 @@ impl Drop for RingGuard<'_> {
                 "NC {} ring: slots in use differ from what the contexts account for",
                 self.ring.nc
             );
+            if let Some(zc) = self.inner.zc.as_ref() {
+                debug_assert_eq!(zc.queue.check_invariants(), Ok(()), "NC {} zero-copy queue", self.ring.nc);
+            }
         }
     }
 }

@@ -5,7 +5,9 @@
 use std::sync::atomic::Ordering;
 
 use super::marker::DMA_COMPLETION_MARKER;
-use crate::ring::{H2tRing, RingInner};
+use udma::{DmaMemory, M2mQueue};
+
+use crate::ring::{H2tRing, HostRing, RingInner};
 use crate::{Dhal, NdmaError, Platform, Result};
 
 /// The virtual-platform scaling of the following wait (`narch_is_qemu() || narch_is_emu()`).
@@ -32,7 +34,22 @@ pub fn poll_plan(dhal: &dyn Dhal, emulation: bool, count: u32, is_async: bool, i
     (first, wait / POLL_INTERVAL_US + 1)
 }
 
-/// Waits for the marker of context `slot` whose batch has `count` descriptors; returns the polls made.
+/// Where a batch's completion marker lives and how to wait for it.
+#[derive(Clone, Copy)]
+pub(crate) struct MarkerWait<'a> {
+    /// The host memory holding the marker words.
+    pub completion: &'a dyn DmaMemory,
+    /// Byte offset of the 8-byte marker slot: +0 the marker source, +4 the poll word.
+    pub offset: usize,
+    /// Descriptors of the batch, marker included: the budget's basis and the ack count.
+    pub count: u32,
+    /// Async budget (first wait 1 µs, no device-to-device shortcut).
+    pub is_async: bool,
+    /// Neither end of the batch's data is host memory.
+    pub is_d2d: bool,
+}
+
+/// Waits for the marker of classic context `slot`; returns the polls made.
 ///
 /// # Errors
 ///
@@ -46,12 +63,35 @@ pub(crate) fn wait_for_completion(
     is_async: bool,
 ) -> Result<u64> {
     let ctx = &inner.contexts[slot];
-    let count = ctx.pending_transfers;
-    let _span = tracing::debug_span!("wait_for_completion", nc = ring.nc, slot, count, is_async).entered();
-    let (first_wait, loops) = poll_plan(dhal, platform.is_emulation(), count, is_async, ctx.is_d2d);
+    let m = MarkerWait {
+        completion: &*ring.completion,
+        offset: H2tRing::completion_slot(slot),
+        count: ctx.pending_transfers,
+        is_async,
+        is_d2d: ctx.is_d2d,
+    };
+    wait_marker(dhal, platform, ring, &inner.queue, m)
+}
+
+/// `ndma_memcpy_wait_for_completion`: wait the first wait, then poll the marker word every 1 µs within the
+/// budget; on the marker, re-arm both words and ack `count` slots on RX then TX. Returns the polls made.
+///
+/// # Errors
+///
+/// [`NdmaError::Timeout`] when the budget runs out; nothing is acked then.
+pub(crate) fn wait_marker(
+    dhal: &dyn Dhal,
+    platform: &dyn Platform,
+    ring: &H2tRing,
+    queue: &M2mQueue<HostRing>,
+    m: MarkerWait<'_>,
+) -> Result<u64> {
+    let MarkerWait { completion, offset, count, is_async, is_d2d } = m;
+    let _span = tracing::debug_span!("wait_for_completion", nc = ring.nc, offset, count, is_async).entered();
+    let (first_wait, loops) = poll_plan(dhal, platform.is_emulation(), count, is_async, is_d2d);
     // Resolve (and bounds-check) both marker words once, outside the poll loop.
-    let src = ring.completion.word(H2tRing::completion_slot(slot))?;
-    let dst = ring.completion.word(H2tRing::completion_slot(slot) + 4)?;
+    let src = completion.word(offset)?;
+    let dst = completion.word(offset + 4)?;
     // The first wait and each poll interval are marker-aware delays: on a platform that watches the word they
     // end the moment the engine writes it; the polls (and so the budget) are counted exactly as the driver's.
     platform.delay_until(dst, DMA_COMPLETION_MARKER, first_wait);
@@ -64,7 +104,7 @@ pub(crate) fn wait_for_completion(
             // Re-arm: clear the poll word and re-seed the source so a stale marker is detectable.
             dst.store(0, Ordering::Relaxed);
             src.store(DMA_COMPLETION_MARKER, Ordering::Relaxed);
-            inner.queue.ack(count);
+            queue.ack(count);
             tracing::debug!(nc = ring.nc, count, polls, "marker seen; re-armed and acked");
             break Ok(polls);
         }

@@ -1,0 +1,140 @@
+//! The descriptors one zero-copy piece writes (`ndma_build_n_issue_zc_descs`, FACTS §5.5): physically
+//! consecutive pages merge into runs (the first run starts at the piece's page offset), runs split into
+//! descriptors of at most 64 KiB, host addresses carry `pci_host_base`, and the barrier that keeps the
+//! completion from overtaking the data sits where the arch needs it. This is the op layer's one explicit arch
+//! branch (DESIGN §1).
+
+use udma::{Arch, Barrier, MAX_DMA_DESC_SIZE};
+
+use crate::PAGE_SIZE;
+
+/// One data descriptor pair of a piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZcDesc {
+    /// Source device address.
+    pub src: u64,
+    /// Destination device address.
+    pub dst: u64,
+    /// Bytes (1..=65536).
+    pub len: u32,
+    /// The descriptor's barrier.
+    pub barrier: Barrier,
+}
+
+/// Everything a piece stages: its data descriptors, then the completion marker with `marker_barrier`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZcPlan {
+    /// Data descriptors, in order.
+    pub data: Vec<ZcDesc>,
+    /// Runs of physically consecutive pages the data was coalesced from.
+    pub runs: u32,
+    /// Barrier of the marker descriptor.
+    pub marker_barrier: Barrier,
+}
+
+/// Plans the descriptors of a piece of `size` bytes starting `first_offset` bytes into the first of `pages`
+/// (frame addresses), to or from device address `dev_addr`.
+///
+/// The barrier: reads (device → host) need none, because the in-order S2M completion write follows the data.
+/// Writes (host → device) put HBM data and the host completion on different fabric routes, so the last piece
+/// of a request needs one — V2: WRITE_BARRIER on its last data descriptor; V3: SOW on its marker.
+pub fn plan_descriptors(
+    arch: Arch,
+    pages: &[u64],
+    first_offset: u64,
+    size: u64,
+    dev_addr: u64,
+    to_device: bool,
+    last: bool,
+) -> ZcPlan {
+    let host = arch.pci_host_base();
+    let fenced = to_device && last;
+    let mut data = Vec::new();
+    let mut runs = 0;
+    let (mut dev, mut remaining, mut offset) = (dev_addr, size, first_offset);
+    let mut i = 0;
+    while i < pages.len() && remaining > 0 {
+        let start = pages[i];
+        let mut run = PAGE_SIZE - offset;
+        i += 1;
+        while i < pages.len() && pages[i] == pages[i - 1] + PAGE_SIZE {
+            run += PAGE_SIZE;
+            i += 1;
+        }
+        runs += 1;
+        let mut at = (start + offset) | host;
+        offset = 0;
+        while run > 0 && remaining > 0 {
+            let len = remaining.min(run).min(u64::from(MAX_DMA_DESC_SIZE));
+            let (src, dst) = if to_device { (at, dev) } else { (dev, at) };
+            remaining -= len;
+            let barrier =
+                if arch == Arch::V2 && fenced && remaining == 0 { Barrier::WriteBarrier } else { Barrier::None };
+            data.push(ZcDesc { src, dst, len: len as u32, barrier });
+            at += len;
+            dev += len;
+            run -= len;
+        }
+    }
+    let marker_barrier = if arch != Arch::V2 && fenced { Barrier::Sow } else { Barrier::None };
+    ZcPlan { data, runs, marker_barrier }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST_V3: u64 = udma::arch::V3_PCI_HOST_BASE;
+
+    #[test]
+    fn consecutive_frames_merge_and_runs_split_at_64k() {
+        // 20 consecutive frames, then 2 scattered ones; the piece starts 100 bytes into the first page.
+        let mut pages: Vec<u64> = (0..20).map(|i| 0x100_0000 + i * PAGE_SIZE).collect();
+        pages.extend([0x900_0000, 0x500_0000]);
+        let size = 22 * PAGE_SIZE - 100 - 50;
+        let p = plan_descriptors(Arch::V3, &pages, 100, size, 0x10_0000_0000, true, true);
+        assert_eq!(p.runs, 3);
+        let lens: Vec<u32> = p.data.iter().map(|d| d.len).collect();
+        assert_eq!(lens, [65536, 20 * 4096 - 100 - 65536, 4096, 4096 - 50]);
+        assert_eq!(p.data[0].src, (0x100_0000 + 100) | HOST_V3);
+        assert_eq!(p.data[0].dst, 0x10_0000_0000);
+        assert_eq!(p.data[1].src, (0x100_0000 + 100 + 65536) | HOST_V3);
+        assert_eq!(
+            p.data[2],
+            ZcDesc {
+                src: 0x900_0000 | HOST_V3,
+                dst: 0x10_0000_0000 + 20 * 4096 - 100,
+                len: 4096,
+                barrier: Barrier::None
+            }
+        );
+        assert_eq!(p.data[3].src, 0x500_0000 | HOST_V3);
+        assert!(p.data.iter().all(|d| d.barrier == Barrier::None), "V3: no barrier on data");
+        assert_eq!(p.marker_barrier, Barrier::Sow, "V3 write, last piece: SOW on the marker");
+    }
+
+    #[test]
+    fn the_barrier_is_per_arch_and_only_for_the_last_piece_of_a_write() {
+        let pages: Vec<u64> = (0..3).map(|i| 0x200_0000 + 2 * i * PAGE_SIZE).collect();
+        for (arch, to_device, last) in [
+            (Arch::V2, true, true),
+            (Arch::V2, true, false),
+            (Arch::V2, false, true),
+            (Arch::V3, true, false),
+            (Arch::V3, false, true),
+        ] {
+            let p = plan_descriptors(arch, &pages, 0, 3 * PAGE_SIZE, 0x10_0000_0000, to_device, last);
+            let barriers: Vec<Barrier> = p.data.iter().map(|d| d.barrier).collect();
+            let v2_fenced = arch == Arch::V2 && to_device && last;
+            let mut expect = vec![Barrier::None; 3];
+            if v2_fenced {
+                expect[2] = Barrier::WriteBarrier;
+            }
+            assert_eq!(barriers, expect, "{arch} write {to_device} last {last}");
+            assert_eq!(p.marker_barrier, Barrier::None, "{arch} write {to_device} last {last}");
+            if !to_device {
+                assert_eq!((p.data[0].src, p.data[0].dst), (0x10_0000_0000, 0x200_0000 | arch.pci_host_base()));
+            }
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! The steps that move a ring's zero-copy queue forward (`ndma_zerocopy_complete`, FACTS §5.7), and the
+//! per-ring zero-copy state they work on. They run with the ring lock held — from the completion thread, and
+//! from a synchronous submit that must make room.
+//!
+//! 1. Retire submitted contexts from the head: wait for the marker (or take a `Completed` result), post the
+//!    request's completion when its last piece is done, or its first error (then drain the rest of it).
+//! 2. Issue pinned contexts while descriptors are available.
+//! 3. Pin unpinned (deferred) contexts through their captured address space while the pin budget allows.
+//!
+//! A piece that fails in step 2 or 3 becomes `Completed` with its error, in place: its request's completion
+//! is then posted when it reaches the head, so completions stay in queue order.
+
+use std::sync::Arc;
+
+use super::build::plan_descriptors;
+use super::context::{ZcContext, ZcState};
+use super::cq::{CompletionQueue, CqEntry, NDMA_H2D_COMPL_QUEUE_SIZE};
+use super::pin::pin_remote;
+use super::queue::CtxQueue;
+use super::sizing::{descs_available, should_wait};
+use super::{NDMA_CTX_QUEUE_DEFAULT_CAPACITY, NDMA_CTX_QUEUE_MAX_PINNED_PAGES, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
+use crate::classic::marker::add_completion_desc;
+use crate::classic::wait::{wait_marker, MarkerWait};
+use crate::classic::RingGuard;
+use crate::device::NeuronDevice;
+use crate::memory::MemChunk;
+use crate::{HostBuf, NdmaError, Result, PAGE_SIZE};
+
+/// Bytes of marker words per context.
+const MARKER_SLOT: usize = 8;
+
+/// One ring's zero-copy state (`dma_ctx_queue` + `dma_compl_queue`), created on first use.
+pub(crate) struct ZcRing {
+    pub queue: CtxQueue,
+    /// Marker words of the queue's contexts: slot i uses bytes [8i, 8i + 8) (`completion_pool`).
+    completion: HostBuf,
+    completion_dma: u64,
+    /// The async completion queue user space maps.
+    pub cq: CompletionQueue,
+}
+
+impl ZcRing {
+    /// `ndma_ctx_queue_init` + `ndma_h2d_compl_queue_init`.
+    pub(crate) fn new(dev: &NeuronDevice, nc: u32) -> Result<ZcRing> {
+        let completion = dev.platform.alloc_coherent(NDMA_CTX_QUEUE_DEFAULT_CAPACITY as usize * MARKER_SLOT)?;
+        let completion_dma = completion.phys_addr() | dev.dhal.pci_host_base();
+        let cq_chunk: Arc<MemChunk> = dev.alloc_host(NDMA_H2D_COMPL_QUEUE_SIZE as u64, nc)?;
+        Ok(ZcRing {
+            queue: CtxQueue::new(NDMA_CTX_QUEUE_DEFAULT_CAPACITY),
+            completion,
+            completion_dma,
+            cq: CompletionQueue::new(cq_chunk)?,
+        })
+    }
+}
+
+/// What one pass of the completion steps did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Progress {
+    /// Contexts retired (step 1).
+    pub retired: u32,
+    /// Contexts issued (step 2).
+    pub issued: u32,
+    /// Contexts pinned (step 3).
+    pub pinned: u32,
+}
+
+impl Progress {
+    pub(crate) fn any(&self) -> bool {
+        self.retired + self.issued + self.pinned > 0
+    }
+}
+
+impl RingGuard<'_> {
+    /// The ring's zero-copy state, created on first use.
+    pub(crate) fn zc(&mut self) -> Result<&mut ZcRing> {
+        if self.inner.zc.is_none() {
+            self.inner.zc = Some(Box::new(ZcRing::new(self.dev, self.ring.nc)?));
+        }
+        Ok(self.inner.zc.as_deref_mut().expect("just created"))
+    }
+
+    fn zq(&mut self) -> &mut CtxQueue {
+        &mut self.inner.zc.as_mut().expect("zero-copy state exists once contexts are queued").queue
+    }
+
+    /// Free descriptor slots on the ring.
+    pub(crate) fn ring_available(&self) -> u32 {
+        self.inner.queue.available()
+    }
+
+    /// `ndma_build_n_issue_zc_descs` for the pinned context in slot `i`: stage its data descriptors and its
+    /// marker, ring the doorbells, and only then mark it submitted (the driver marks it submitted even when the
+    /// doorbell failed).
+    ///
+    /// # Errors
+    ///
+    /// HAL errors; part of the piece may be staged, so the caller must re-initialise the ring.
+    pub(crate) fn zc_issue(&mut self, i: u32) -> Result<()> {
+        let arch = self.dev.dhal.arch();
+        let mmio = &*self.dev.bar0;
+        let crate::ring::RingInner { queue, zc, .. } = &mut *self.inner;
+        let zc = zc.as_mut().expect("zero-copy state exists once contexts are queued");
+        let ctx = zc.queue.entry(i);
+        let pages = ctx.pinned.as_ref().map(|p| p.pages()).unwrap_or_default();
+        let plan =
+            plan_descriptors(arch, pages, ctx.host_addr % PAGE_SIZE, ctx.size, ctx.dev_addr, ctx.to_device, ctx.last);
+        for d in &plan.data {
+            queue.copy_prepare_one(d.src, d.dst, d.len, d.barrier, false)?;
+        }
+        let slot = i as usize * MARKER_SLOT;
+        add_completion_desc(queue, &*zc.completion, zc.completion_dma, slot, plan.marker_barrier)?;
+        let count = plan.data.len() as u32 + 1;
+        queue.copy_start(mmio, count, count)?;
+        let ctx = zc.queue.entry_mut(i);
+        ctx.nr_desc = count - 1;
+        ctx.state = ZcState::Submitted;
+        let stats = &self.ring.stats;
+        stats.add_descriptors(u64::from(count));
+        stats.add_batches(1);
+        stats.add_doorbells(2);
+        stats.add_zc_pieces(1);
+        Ok(())
+    }
+
+    /// Waits for the marker of the submitted context in slot `i` (async budget: first wait 1 µs, FACTS §5.6)
+    /// and acks its slots.
+    fn zc_wait(&mut self, i: u32) -> Result<()> {
+        let zc = self.inner.zc.as_ref().expect("zero-copy state exists once contexts are queued");
+        let ctx = zc.queue.entry(i);
+        let m = MarkerWait {
+            completion: &*zc.completion,
+            offset: i as usize * MARKER_SLOT,
+            count: ctx.nr_desc + 1,
+            is_async: true,
+            is_d2d: false,
+        };
+        wait_marker(self.dev.dhal, &*self.dev.platform, self.ring, &self.inner.queue, m).map(|_| ())
+    }
+
+    /// Posts a completion to the ring's queue (to its backlog when the queue is full).
+    fn zc_post(&mut self, sequence_num: u64, compl_ret: i64, context: u64) {
+        self.ring.stats.add_cqes(1);
+        if let Some(zc) = self.inner.zc.as_mut() {
+            zc.cq.put(CqEntry { sequence_num, compl_ret, context });
+        }
+    }
+
+    /// Step 1 for one context: pops the head if it is submitted and retires it. A synchronous piece's failure is
+    /// returned (its caller drains the request); an async one's becomes the request's completion.
+    ///
+    /// # Errors
+    ///
+    /// The failure of a synchronous (sequence 0) piece.
+    pub(crate) fn zc_retire_one(&mut self) -> Result<bool> {
+        let Some(i) = self.zq().pop_submitted() else { return Ok(false) };
+        let (state, seq, last, context, compl_ret) = {
+            let c = self.zq().entry(i);
+            (c.state, c.sequence_num, c.last, c.context, c.compl_ret)
+        };
+        let result = if state == ZcState::Completed {
+            if compl_ret == 0 {
+                Ok(())
+            } else {
+                Err(NdmaError::Failed { errno: compl_ret as i32 })
+            }
+        } else {
+            let r = self.zc_wait(i);
+            if r.is_err() {
+                // The piece is over (abandoned); others in flight are re-issued after the re-init.
+                self.zq().entry_mut(i).state = ZcState::Completed;
+                self.recover();
+            }
+            r
+        };
+        match result {
+            Ok(()) => {
+                if last && seq != 0 {
+                    self.zc_post(seq, 0, context);
+                }
+                self.zq().release(i);
+                Ok(true)
+            }
+            Err(e) => {
+                self.zq().release(i);
+                if seq == 0 {
+                    return Err(e);
+                }
+                self.zc_post(seq, i64::from(e.errno()), context);
+                self.zc_drain_sequence(seq, None);
+                Ok(true)
+            }
+        }
+    }
+
+    /// `ndma_ctx_queue_drain_sequence` with waits: tombstones every context of `seq`, waiting first for its
+    /// submitted ones; after a wait fails, the ring is re-initialised (what else was in flight is re-issued).
+    pub(crate) fn zc_drain_sequence(&mut self, seq: u64, keep: Option<u32>) {
+        let (dhal, platform, ring) = (self.dev.dhal, &*self.dev.platform, self.ring);
+        let crate::ring::RingInner { queue, zc, .. } = &mut *self.inner;
+        let Some(zc) = zc.as_mut() else { return };
+        let queue = &*queue;
+        let completion = &*zc.completion;
+        let result = zc.queue.drain_sequence(seq, keep, |i, ctx: &ZcContext| {
+            let offset = i as usize * MARKER_SLOT;
+            let m = MarkerWait { completion, offset, count: ctx.nr_desc + 1, is_async: true, is_d2d: false };
+            wait_marker(dhal, platform, ring, queue, m).map(|_| ())
+        });
+        if result.is_err() {
+            self.recover();
+        }
+    }
+
+    /// Step 2: issues pinned contexts in order while descriptors are available. A piece whose staging fails
+    /// is failed in place (after the ring is re-initialised).
+    pub(crate) fn zc_issue_pinned(&mut self) -> u32 {
+        let mut issued = 0;
+        while let Some(i) = self.zq().peek_pinned_unsubmitted() {
+            let (state, nr_pages) = {
+                let c = self.zq().entry(i);
+                (c.state, c.nr_pages)
+            };
+            if state == ZcState::PinnedUnsubmitted {
+                if !descs_available(self.ring_available(), nr_pages) {
+                    break;
+                }
+                if let Err(e) = self.zc_issue(i) {
+                    tracing::error!(nc = self.ring.nc, "zero-copy descriptors could not be issued: {e}");
+                    self.recover();
+                    self.zc_fail_in_place(i, &e);
+                    continue;
+                }
+                issued += 1;
+            }
+            self.zq().inc_fpu();
+        }
+        issued
+    }
+
+    /// Step 3: pins deferred contexts through their captured address space while the pin budget allows.
+    pub(crate) fn zc_pin_unpinned(&mut self) -> u32 {
+        let mut pinned = 0;
+        while let Some(i) = self.zq().peek_first_unpinned() {
+            let q = self.zq();
+            let c = q.entry(i);
+            if c.state != ZcState::Unpinned {
+                q.inc_fu();
+                continue;
+            }
+            let n = u64::from(c.nr_pages);
+            if q.nr_pinned_pages() + n > NDMA_CTX_QUEUE_MAX_PINNED_PAGES {
+                break;
+            }
+            let (pid, va, device_writes) = (c.pid, c.host_addr & !(PAGE_SIZE - 1), !c.to_device);
+            let prepinned = self.dev.prepinned(pid, va, n as usize);
+            let c = self.zq().entry_mut(i);
+            let pin = match prepinned {
+                Some(p) => Ok(p),
+                None => match c.mm.take() {
+                    Some(mm) => pin_remote(&mm, va, n as usize, device_writes),
+                    None => Err(NdmaError::Pin { va, errno: -udma::errno::EINVAL }),
+                },
+            };
+            match pin {
+                Ok(p) => {
+                    c.pinned = Some(p);
+                    c.mm = None;
+                    c.state = ZcState::PinnedUnsubmitted;
+                    let q = self.zq();
+                    q.add_pinned_pages(n);
+                    q.inc_fu();
+                    pinned += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(nc = self.ring.nc, va, "pinning a deferred zero-copy piece failed: {e}");
+                    self.zc_fail_in_place(i, &e);
+                    self.zq().inc_fu();
+                }
+            }
+        }
+        pinned
+    }
+
+    /// A queued piece that cannot go on: it becomes its request's (error) completion where it stands, and the
+    /// request's other pieces are drained.
+    fn zc_fail_in_place(&mut self, i: u32, e: &NdmaError) {
+        let seq = self.zq().entry(i).sequence_num;
+        self.zc_drain_sequence(seq, Some(i));
+        let q = self.zq();
+        q.unpin_in_place(i);
+        let c = q.entry_mut(i);
+        c.mm = None;
+        c.state = ZcState::Completed;
+        c.compl_ret = i64::from(e.errno());
+        c.last = true;
+    }
+
+    /// `ndma_zerocopy_complete`: one pass of the three steps. Step 1 retires at least the head (if submitted),
+    /// then keeps retiring while a sync submit would have to wait (pin budget, full queue, few descriptors).
+    pub(crate) fn zc_complete(&mut self) -> Progress {
+        let mut p = Progress::default();
+        if self.inner.zc.is_none() {
+            return p;
+        }
+        let mut thr = NDMA_ZC_DESC_WAIT_THRESHOLD_LO;
+        loop {
+            let q = &self.inner.zc.as_ref().expect("checked").queue;
+            let must = p.retired == 0 || should_wait(q.nr_pinned_pages(), q.is_full(), self.ring_available(), &mut thr);
+            // Sequence-0 pieces belong to a synchronous submit, which holds the lock: none is queued here.
+            if !must || !matches!(self.zc_retire_one(), Ok(true)) {
+                break;
+            }
+            p.retired += 1;
+        }
+        p.issued = self.zc_issue_pinned();
+        p.pinned = self.zc_pin_unpinned();
+        if p.pinned > 0 {
+            p.issued += self.zc_issue_pinned();
+        }
+        if let Some(zc) = self.inner.zc.as_mut() {
+            zc.cq.flush();
+        }
+        p
+    }
+
+    /// Does the queue still hold contexts?
+    pub(crate) fn zc_queued(&self) -> bool {
+        self.inner.zc.as_ref().is_some_and(|zc| !zc.queue.is_empty())
+    }
+
+    /// Does the queue still hold work or unposted completions?
+    pub(crate) fn zc_pending(&self) -> bool {
+        self.inner.zc.as_ref().is_some_and(|zc| !zc.queue.is_empty() || zc.cq.backlog_len() > 0)
+    }
+}

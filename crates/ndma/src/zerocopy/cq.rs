@@ -1,0 +1,409 @@
+//! The async completion queue shared with user space (`neuron_h2d_dma_compl_queue_t`, FACTS §5.7): one per
+//! ring, single producer (the driver, under the ring lock), many consumers (user threads and processes that
+//! map the same memory).
+//!
+//! # Layout
+//!
+//! A 16-byte header — capacity, head (consumers, free-running), tail (producer, free-running), and the word at
+//! +12, which the driver leaves as padding and this project uses as the consumers' lock — followed by 1024
+//! entries of 24 bytes: 24,592 bytes in all.
+//!
+//! # Protocol
+//!
+//! - Producer: caches its own tail; loads head with `Acquire` (the consumers are done with every slot before
+//!   it); writes the entry at `tail & mask`; publishes `tail + 1` with `Release`. It never waits: when the
+//!   queue is full the entry goes to a driver-side backlog, posted in order as soon as consumers free space
+//!   (the driver instead sleeps holding the ring lock).
+//! - Consumer (the runtime's side, defined here): take the lock word (`Acquire` CAS 0 → 1); load tail with
+//!   `Acquire`; if head ≠ tail read the entry at `head & mask`, clear it, and publish `head + 1` with
+//!   `Release`; release the lock (`Release` store of 0). The lock serialises consumers: clearing an entry
+//!   and advancing the head must not interleave with another consumer's.
+//!
+//! # Staleness
+//!
+//! [`CqConsumer::len`] is a snapshot, not synchronisation: entries may be posted or taken right after it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::memory::MemChunk;
+use crate::{NdmaError, Result};
+
+/// Entries in a completion queue (`NDMA_H2D_COMPL_QUEUE_CAPACITY`).
+pub const NDMA_H2D_COMPL_QUEUE_CAPACITY: u32 = 1024;
+/// Bytes a user maps: header + entries.
+pub const NDMA_H2D_COMPL_QUEUE_SIZE: usize =
+    size_of::<CqHeader>() + NDMA_H2D_COMPL_QUEUE_CAPACITY as usize * size_of::<CqEntry>();
+
+/// The header (`neuron_h2d_dma_compl_queue_t` without its entries).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CqHeader {
+    /// Number of entries.
+    pub capacity: u32,
+    /// Consumers' free-running index.
+    pub head: u32,
+    /// Producer's free-running index.
+    pub tail: u32,
+    /// Padding in the driver's layout; the consumers' lock word here.
+    pub consumer_lock: u32,
+}
+
+/// One completion (`neuron_h2d_dma_compl_entry`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CqEntry {
+    /// The request's sequence number (0 marks an empty slot).
+    pub sequence_num: u64,
+    /// 0, or the negative errno of the request's first failure.
+    pub compl_ret: i64,
+    /// The opaque value the submitter passed.
+    pub context: u64,
+}
+
+const _: () = assert!(size_of::<CqHeader>() == 16);
+const _: () = assert!(size_of::<CqEntry>() == 24);
+const _: () = assert!(NDMA_H2D_COMPL_QUEUE_SIZE == 24_592);
+const _: () = assert!(NDMA_H2D_COMPL_QUEUE_CAPACITY.is_power_of_two());
+
+/// Byte offsets in the shared memory.
+const CAPACITY: usize = 0;
+const HEAD: usize = 4;
+const TAIL: usize = 8;
+const LOCK: usize = 12;
+const ENTRIES: usize = size_of::<CqHeader>();
+
+/// A 32-bit atomic word (implemented for `std`'s atomics; the loom tests implement it for loom's).
+pub trait Atomic32 {
+    /// `load`.
+    fn load(&self, order: Ordering) -> u32;
+    /// `store`.
+    fn store(&self, value: u32, order: Ordering);
+    /// `compare_exchange_weak`.
+    ///
+    /// # Errors
+    ///
+    /// The value found when it was not `current`.
+    fn compare_exchange_weak(&self, current: u32, new: u32, success: Ordering, failure: Ordering) -> Result<u32, u32>;
+}
+
+/// A 64-bit atomic word.
+pub trait Atomic64 {
+    /// `load`.
+    fn load(&self, order: Ordering) -> u64;
+    /// `store`.
+    fn store(&self, value: u64, order: Ordering);
+}
+
+impl Atomic32 for AtomicU32 {
+    fn load(&self, order: Ordering) -> u32 {
+        AtomicU32::load(self, order)
+    }
+    fn store(&self, value: u32, order: Ordering) {
+        AtomicU32::store(self, value, order)
+    }
+    fn compare_exchange_weak(&self, current: u32, new: u32, success: Ordering, failure: Ordering) -> Result<u32, u32> {
+        AtomicU32::compare_exchange_weak(self, current, new, success, failure)
+    }
+}
+
+impl Atomic64 for AtomicU64 {
+    fn load(&self, order: Ordering) -> u64 {
+        AtomicU64::load(self, order)
+    }
+    fn store(&self, value: u64, order: Ordering) {
+        AtomicU64::store(self, value, order)
+    }
+}
+
+/// The words of a completion queue, as atomics: implemented over shared memory here, and over loom's atomics
+/// by the loom tests, so both run the same producer and consumer code.
+pub trait CqMemory {
+    /// A header word.
+    type W32: Atomic32;
+    /// An entry field.
+    type W64: Atomic64;
+    /// Header word at byte offset `off` (0, 4, 8 or 12).
+    fn word(&self, off: usize) -> &Self::W32;
+    /// Field `field` (0, 1, 2) of entry `slot`.
+    fn entry_word(&self, slot: u32, field: usize) -> &Self::W64;
+    /// What a consumer does while another holds the lock.
+    fn spin(&self) {
+        std::hint::spin_loop();
+    }
+}
+
+/// A completion queue's memory at a CPU address.
+struct RawCq {
+    base: *mut u8,
+    /// Keeps the memory alive (the driver's chunk; `None` for a mapping the caller keeps alive).
+    _owner: Option<Arc<MemChunk>>,
+}
+
+// SAFETY: `base` points at memory that lives as long as the value (owned chunk, or the `from_raw` contract);
+// every access goes through atomics.
+unsafe impl Send for RawCq {}
+// SAFETY: as above.
+unsafe impl Sync for RawCq {}
+
+impl CqMemory for RawCq {
+    type W32 = AtomicU32;
+    type W64 = AtomicU64;
+
+    fn word(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off <= LOCK && off % 4 == 0);
+        // SAFETY: `base` is valid for NDMA_H2D_COMPL_QUEUE_SIZE bytes and at least 8-byte aligned (construction
+        // contract); `off` is one of the header words, so the pointer is in bounds and 4-byte aligned. All
+        // parties access the word atomically.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    fn entry_word(&self, slot: u32, field: usize) -> &AtomicU64 {
+        let off = ENTRIES + (slot & (NDMA_H2D_COMPL_QUEUE_CAPACITY - 1)) as usize * size_of::<CqEntry>() + 8 * field;
+        debug_assert!(field < 3);
+        // SAFETY: the slot is masked into the entry array and `field < 3`, so the 8 bytes lie inside the mapping;
+        // entries start at +16 and are 24 bytes, so the offset is 8-byte aligned on an 8-byte aligned base.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+}
+
+/// Resets the queue: capacity, indices and lock zeroed, every entry empty.
+pub fn init<M: CqMemory>(m: &M) {
+    m.word(CAPACITY).store(NDMA_H2D_COMPL_QUEUE_CAPACITY, Ordering::Relaxed);
+    for off in [HEAD, TAIL, LOCK] {
+        m.word(off).store(0, Ordering::Relaxed);
+    }
+    for slot in 0..NDMA_H2D_COMPL_QUEUE_CAPACITY {
+        write_entry(m, slot, CqEntry::default());
+    }
+}
+
+fn write_entry<M: CqMemory>(m: &M, slot: u32, e: CqEntry) {
+    // Relaxed: published by the producer's Release store of tail (or, for a cleared entry, the consumer's
+    // Release store of head).
+    m.entry_word(slot, 0).store(e.sequence_num, Ordering::Relaxed);
+    m.entry_word(slot, 1).store(e.compl_ret as u64, Ordering::Relaxed);
+    m.entry_word(slot, 2).store(e.context, Ordering::Relaxed);
+}
+
+fn read_entry<M: CqMemory>(m: &M, slot: u32) -> CqEntry {
+    // Relaxed: the caller acquired tail, which the producer released after writing the entry.
+    CqEntry {
+        sequence_num: m.entry_word(slot, 0).load(Ordering::Relaxed),
+        compl_ret: m.entry_word(slot, 1).load(Ordering::Relaxed) as i64,
+        context: m.entry_word(slot, 2).load(Ordering::Relaxed),
+    }
+}
+
+/// The producer's side of one queue: its cached tail and the backlog of entries the consumers had no room for.
+pub struct CqProducer<M: CqMemory> {
+    mem: M,
+    tail: u32,
+    backlog: VecDeque<CqEntry>,
+}
+
+impl<M: CqMemory> CqProducer<M> {
+    /// A producer over `mem`, which it initialises.
+    pub fn new(mem: M) -> Self {
+        init(&mem);
+        CqProducer { mem, tail: 0, backlog: VecDeque::new() }
+    }
+
+    /// Posts `e` after every entry still in the backlog; it waits in the backlog if the queue is full.
+    /// Never blocks. Returns true when nothing is left in the backlog.
+    pub fn put(&mut self, e: CqEntry) -> bool {
+        self.backlog.push_back(e);
+        self.flush()
+    }
+
+    /// Posts what the backlog holds, as far as the consumers left room. Returns true when it is empty.
+    pub fn flush(&mut self) -> bool {
+        if self.backlog.is_empty() {
+            return true;
+        }
+        // Acquire: pairs with the consumers' Release of head — they are done with every slot before it, so
+        // those slots may be overwritten.
+        let head = self.mem.word(HEAD).load(Ordering::Acquire);
+        let mut posted = false;
+        while self.tail.wrapping_sub(head) < NDMA_H2D_COMPL_QUEUE_CAPACITY {
+            let Some(e) = self.backlog.pop_front() else { break };
+            write_entry(&self.mem, self.tail, e);
+            self.tail = self.tail.wrapping_add(1);
+            posted = true;
+        }
+        if posted {
+            // Release: the entries written above are visible to a consumer that acquires this tail.
+            self.mem.word(TAIL).store(self.tail, Ordering::Release);
+        }
+        self.backlog.is_empty()
+    }
+
+    /// Entries waiting for room.
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// The memory.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+}
+
+/// Takes the next entry, if any, as the runtime does (module doc, "Protocol").
+pub fn consume<M: CqMemory>(m: &M) -> Option<CqEntry> {
+    let lock = m.word(LOCK);
+    // Acquire: the previous holder's clear and head store (released by its unlock) are visible.
+    while lock.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        m.spin();
+    }
+    // Acquire: pairs with the producer's Release of tail: the entries before it are written.
+    let tail = m.word(TAIL).load(Ordering::Acquire);
+    // Relaxed: only lock holders write head, and the lock orders them.
+    let head = m.word(HEAD).load(Ordering::Relaxed);
+    let taken = (head != tail).then(|| {
+        let e = read_entry(m, head);
+        write_entry(m, head, CqEntry::default());
+        // Release: the producer may reuse the slot once it sees this head; our reads and the clear come first.
+        m.word(HEAD).store(head.wrapping_add(1), Ordering::Release);
+        e
+    });
+    // Release: hands the head and the cleared entry to the next consumer.
+    lock.store(0, Ordering::Release);
+    taken
+}
+
+/// The driver's side of a ring's queue: its memory (a host chunk user space can map) and the producer.
+pub(crate) struct CompletionQueue {
+    chunk: Arc<MemChunk>,
+    producer: CqProducer<RawCq>,
+}
+
+impl CompletionQueue {
+    /// `ndma_h2d_compl_queue_init`: the queue in `chunk` (a host chunk of at least
+    /// [`NDMA_H2D_COMPL_QUEUE_SIZE`] bytes).
+    pub(crate) fn new(chunk: Arc<MemChunk>) -> Result<CompletionQueue> {
+        chunk.check_range("completion queue", 0, NDMA_H2D_COMPL_QUEUE_SIZE as u64)?;
+        let base = chunk.host_buf().ok_or(NdmaError::NotHostMemory { what: "completion queue" })?.as_ptr();
+        let producer = CqProducer::new(RawCq { base, _owner: Some(Arc::clone(&chunk)) });
+        Ok(CompletionQueue { chunk, producer })
+    }
+
+    pub(crate) fn chunk(&self) -> &Arc<MemChunk> {
+        &self.chunk
+    }
+
+    pub(crate) fn put(&mut self, e: CqEntry) -> bool {
+        self.producer.put(e)
+    }
+
+    pub(crate) fn flush(&mut self) -> bool {
+        self.producer.flush()
+    }
+
+    pub(crate) fn backlog_len(&self) -> usize {
+        self.producer.backlog_len()
+    }
+}
+
+/// A consumer of a completion queue: user space's side.
+pub struct CqConsumer {
+    mem: RawCq,
+}
+
+impl CqConsumer {
+    /// A consumer of the queue in `chunk` (as [`crate::NeuronDevice::completion_queue`] returns it).
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::OutOfRange`] for one too small.
+    pub fn new(chunk: &Arc<MemChunk>) -> Result<CqConsumer> {
+        chunk.check_range("completion queue", 0, NDMA_H2D_COMPL_QUEUE_SIZE as u64)?;
+        let base = chunk.host_buf().ok_or(NdmaError::NotHostMemory { what: "completion queue" })?.as_ptr();
+        Ok(CqConsumer { mem: RawCq { base, _owner: Some(Arc::clone(chunk)) } })
+    }
+
+    /// A consumer of a queue mapped at `base` (e.g. by another process, from the memory's file descriptor).
+    ///
+    /// # Safety
+    ///
+    /// `base` must be 8-byte aligned, valid for reads and writes of [`NDMA_H2D_COMPL_QUEUE_SIZE`] bytes for the
+    /// life of the consumer, and hold a completion queue whose every other user accesses it atomically.
+    pub unsafe fn from_raw(base: *mut u8) -> CqConsumer {
+        CqConsumer { mem: RawCq { base, _owner: None } }
+    }
+
+    /// Takes the next completion, if one is posted.
+    pub fn pop(&self) -> Option<CqEntry> {
+        consume(&self.mem)
+    }
+
+    /// Completions posted and not yet taken (a snapshot).
+    pub fn len(&self) -> u32 {
+        let tail = self.mem.word(TAIL).load(Ordering::Acquire);
+        tail.wrapping_sub(self.mem.word(HEAD).load(Ordering::Acquire))
+    }
+
+    /// True when nothing is posted (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The header words now (a snapshot).
+    pub fn header(&self) -> CqHeader {
+        let w = |off| self.mem.word(off).load(Ordering::Acquire);
+        CqHeader { capacity: w(CAPACITY), head: w(HEAD), tail: w(TAIL), consumer_lock: w(LOCK) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plain atomics standing in for the shared memory.
+    struct Words {
+        header: [AtomicU32; 4],
+        entries: Vec<[AtomicU64; 3]>,
+    }
+
+    impl Words {
+        fn new() -> Words {
+            Words {
+                header: Default::default(),
+                entries: (0..NDMA_H2D_COMPL_QUEUE_CAPACITY).map(|_| Default::default()).collect(),
+            }
+        }
+    }
+
+    impl CqMemory for Words {
+        type W32 = AtomicU32;
+        type W64 = AtomicU64;
+
+        fn word(&self, off: usize) -> &AtomicU32 {
+            &self.header[off / 4]
+        }
+        fn entry_word(&self, slot: u32, field: usize) -> &AtomicU64 {
+            &self.entries[(slot & (NDMA_H2D_COMPL_QUEUE_CAPACITY - 1)) as usize][field]
+        }
+    }
+
+    #[test]
+    fn a_full_queue_backs_up_in_order_and_never_loses_an_entry() {
+        let mut p = CqProducer::new(Words::new());
+        let e = |i: u64| CqEntry { sequence_num: i, compl_ret: -(i as i64 % 3), context: i * 10 };
+        for i in 1..=1030 {
+            p.put(e(i));
+        }
+        assert_eq!(p.backlog_len(), 6, "1024 posted, 6 waiting");
+        assert_eq!(p.memory().word(TAIL).load(Ordering::Relaxed), 1024);
+        for i in 1..=10 {
+            assert_eq!(consume(p.memory()), Some(e(i)));
+        }
+        assert!(p.flush());
+        for i in 11..=1030 {
+            assert_eq!(consume(p.memory()), Some(e(i)), "entry {i}");
+        }
+        assert_eq!(consume(p.memory()), None);
+        assert_eq!(read_entry(p.memory(), 5), CqEntry::default(), "consumed entries are cleared");
+    }
+}

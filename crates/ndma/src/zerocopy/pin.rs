@@ -1,0 +1,96 @@
+//! Pinned pages and who releases them (FACTS §5.6 `ndma_zerocopy_pin_pages`).
+//!
+//! A pin is a counted reference on a frame, released exactly once. [`Pinned`] is the only way to unpin:
+//! dropping it unpins the pages it pinned (dirty when the device wrote them, chosen when it was made) or drops
+//! its reference on a pre-pinned range, whose pages stay pinned.
+
+use std::sync::Arc;
+
+use super::prepinned::PinnedRange;
+use crate::{NdmaError, Result, UserMm};
+
+/// `-ENOMEM`: a pin that got some pages but not all.
+const ENOMEM: i32 = -udma::errno::ENOMEM;
+
+/// The pinned pages of one piece: frame physical addresses, one per page.
+pub(crate) struct Pinned {
+    pages: Vec<u64>,
+    hold: Hold,
+}
+
+enum Hold {
+    /// Pinned by the piece itself; unpinned on drop, marked dirty when the device wrote them.
+    Owned { mm: Arc<dyn UserMm>, dirty: bool },
+    /// Inside a range pinned once for the process: a reference on the range, nothing to unpin.
+    Prepinned(#[allow(dead_code)] Arc<PinnedRange>),
+}
+
+impl Pinned {
+    /// Frame addresses, one per page.
+    pub(crate) fn pages(&self) -> &[u64] {
+        &self.pages
+    }
+
+    /// `n` pages of `range` starting at its page `first`.
+    pub(crate) fn from_range(range: &Arc<PinnedRange>, first: usize, n: usize) -> Pinned {
+        Pinned { pages: range.pages()[first..first + n].to_vec(), hold: Hold::Prepinned(Arc::clone(range)) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Hold::Owned { mm, dirty } = &self.hold {
+            mm.unpin_pages(&self.pages, *dirty);
+        }
+    }
+}
+
+/// Pins `n` pages of the calling task's address space from the page-aligned `va`: the fast path, then —
+/// after a short fast pin, whose pages are unpinned first — the slow path. `device_writes`: the device will
+/// write the pages (a device→host transfer): pin for writing, and unpin dirty.
+///
+/// # Errors
+///
+/// [`NdmaError::Pin`] with the errno of the first page that could not be pinned, or `-ENOMEM` when the slow
+/// path pinned only part (which it unpins first).
+pub(crate) fn pin_local(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool) -> Result<Pinned> {
+    let mut pages = Vec::with_capacity(n);
+    match mm.pin_pages_fast(va, n, device_writes, &mut pages) {
+        Ok(got) if got == n && pages.len() == n => return Ok(owned(mm, pages, device_writes)),
+        // A short (or failed) fast pin: give back what it got, then take the slow path.
+        _ => {
+            mm.unpin_pages(&pages, false);
+            pages.clear();
+        }
+    }
+    pin_slow(mm, va, n, device_writes, pages)
+}
+
+/// Pins through a captured address space (`pin_user_pages_remote`), as the completion thread does for a
+/// deferred piece.
+///
+/// # Errors
+///
+/// As [`pin_local`].
+pub(crate) fn pin_remote(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool) -> Result<Pinned> {
+    pin_slow(mm, va, n, device_writes, Vec::with_capacity(n))
+}
+
+fn pin_slow(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool, mut pages: Vec<u64>) -> Result<Pinned> {
+    match mm.pin_pages(va, n, device_writes, &mut pages) {
+        Ok(got) if got == n && pages.len() == n => Ok(owned(mm, pages, device_writes)),
+        Ok(_) => {
+            mm.unpin_pages(&pages, false);
+            let missing = va + pages.len() as u64 * crate::PAGE_SIZE;
+            Err(NdmaError::Pin { va: missing, errno: ENOMEM })
+        }
+        Err(e) => {
+            mm.unpin_pages(&pages, false);
+            Err(e)
+        }
+    }
+}
+
+fn owned(mm: &Arc<dyn UserMm>, pages: Vec<u64>, dirty: bool) -> Pinned {
+    Pinned { pages, hold: Hold::Owned { mm: Arc::clone(mm), dirty } }
+}

@@ -1,0 +1,173 @@
+//! Pre-pinned host memory ([N], FACTS §6 `ndma_pin_host_memory`): a process pins a range once; zero-copy
+//! pieces inside it take a reference instead of pinning, and are not unpinned when they complete, so repeated
+//! transfers over the same buffer cost no pinning at all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::pin::{pin_local, Pinned};
+use crate::{NdmaError, Result, UserMm, PAGE_SIZE};
+
+/// A user range pinned once for its process. The pages stay pinned until the range is unregistered **and**
+/// no queued piece refers to it any more.
+pub struct PinnedRange {
+    pid: u32,
+    va: u64,
+    size: u64,
+    /// The page-aligned pin covering `[va, va + size)`.
+    pin: Pinned,
+}
+
+impl PinnedRange {
+    /// The owning process.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// First user address.
+    pub fn va(&self) -> u64 {
+        self.va
+    }
+
+    /// Bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Frame addresses of every page of the range.
+    pub fn pages(&self) -> &[u64] {
+        self.pin.pages()
+    }
+
+    /// First page address.
+    fn first_page(&self) -> u64 {
+        self.va & !(PAGE_SIZE - 1)
+    }
+
+    /// Device-visible address of the range when its pages are physically contiguous (`*pa_out`), else
+    /// `None` (the driver's `~0`).
+    pub fn contiguous_pa(&self, pci_host_base: u64) -> Option<u64> {
+        let pages = self.pages();
+        let contiguous = pages.windows(2).all(|w| w[1] == w[0] + PAGE_SIZE);
+        (contiguous && !pages.is_empty()).then(|| (pages[0] + (self.va & (PAGE_SIZE - 1))) | pci_host_base)
+    }
+}
+
+impl std::fmt::Debug for PinnedRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedRange")
+            .field("pid", &self.pid)
+            .field("va", &format_args!("{:#x}", self.va))
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+/// The system's pre-pinned ranges, per process, keyed by start address.
+#[derive(Default)]
+pub(crate) struct PinnedStore {
+    by_pid: Mutex<HashMap<u32, BTreeMap<u64, Arc<PinnedRange>>>>,
+}
+
+impl PinnedStore {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u32, BTreeMap<u64, Arc<PinnedRange>>>> {
+        // Every update is a single insert/remove: a panic cannot leave the maps half-changed.
+        self.by_pid.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `ndma_pin_host_memory`: pins `[va, va + size)` of `mm` for as long as it stays registered.
+    pub(crate) fn pin(&self, mm: &Arc<dyn UserMm>, va: u64, size: u64) -> Result<Arc<PinnedRange>> {
+        let end = va.checked_add(size).filter(|_| va != 0 && size != 0);
+        let Some(end) = end else {
+            return Err(NdmaError::InvalidPinRange { va, size });
+        };
+        let pid = mm.pid();
+        if let Some(r) = self.lock().get(&pid).and_then(|m| overlapping(m, va, end)) {
+            return Err(NdmaError::PinnedRangeExists { va, existing: r.va });
+        }
+        let first = va & !(PAGE_SIZE - 1);
+        let n = (end - first).div_ceil(PAGE_SIZE) as usize;
+        // Long-term pin, for writing: the device may write the range in either direction later.
+        let pin = pin_local(mm, first, n, true)?;
+        let range = Arc::new(PinnedRange { pid, va, size, pin });
+        let mut all = self.lock();
+        let map = all.entry(pid).or_default();
+        // Checked again under the lock: another thread may have registered an overlapping range meanwhile.
+        if let Some(r) = overlapping(map, va, end) {
+            return Err(NdmaError::PinnedRangeExists { va, existing: r.va });
+        }
+        map.insert(va, Arc::clone(&range));
+        Ok(range)
+    }
+
+    /// `ndma_unpin_host_memory`: unregisters the range starting exactly at `va`.
+    pub(crate) fn unpin(&self, pid: u32, va: u64) -> Result<()> {
+        let mut all = self.lock();
+        let removed = all.get_mut(&pid).and_then(|m| m.remove(&va));
+        if all.get(&pid).is_some_and(BTreeMap::is_empty) {
+            all.remove(&pid);
+        }
+        removed.map(|_| ()).ok_or(NdmaError::NoPinnedRange { va })
+    }
+
+    /// `ndma_pinned_mem_cleanup_process`: unregisters every range of `pid`.
+    pub(crate) fn cleanup_process(&self, pid: u32) {
+        self.lock().remove(&pid);
+    }
+
+    /// The pre-pinned pages covering `n` pages from the page-aligned `va` of `pid`, if one range holds them all
+    /// (`ndma_pinned_mem_try_populate`).
+    pub(crate) fn try_populate(&self, pid: u32, va: u64, n: usize) -> Option<Pinned> {
+        let all = self.lock();
+        let (_, r) = all.get(&pid)?.range(..=(va | (PAGE_SIZE - 1))).next_back()?;
+        let first = usize::try_from((va - r.first_page()) / PAGE_SIZE).ok()?;
+        (va >= r.first_page() && first + n <= r.pages().len()).then(|| Pinned::from_range(r, first, n))
+    }
+
+    /// Ranges registered now.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().values().map(BTreeMap::len).sum()
+    }
+}
+
+/// A range of `map` sharing a byte with `[va, end)`.
+fn overlapping(map: &BTreeMap<u64, Arc<PinnedRange>>, va: u64, end: u64) -> Option<&Arc<PinnedRange>> {
+    map.range(..end).next_back().map(|(_, r)| r).filter(|r| r.va + r.size > va)
+}
+
+impl crate::System {
+    /// `ndma_pin_host_memory`: pins `[va, va + size)` of the calling task's address space once; zero-copy pieces
+    /// inside it then take a reference instead of pinning. Returns the range's device address (host PA |
+    /// `pci_host_base`) when its pages are physically contiguous, `None` otherwise (the driver's `~0`).
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::InvalidPinRange`] (`-EINVAL`) for an address or size of 0, [`NdmaError::NoAddressSpace`],
+    /// [`NdmaError::PinnedRangeExists`] (`-EEXIST`) for an overlap with a range of the same process, pin errors.
+    pub fn pin_host_memory(&self, va: u64, size: u64) -> Result<Option<u64>> {
+        let mm = self.platform().current_mm().ok_or(NdmaError::NoAddressSpace)?;
+        let range = self.registry().pinned.pin(&mm, va, size)?;
+        Ok(range.contiguous_pa(self.arch().pci_host_base()))
+    }
+
+    /// `ndma_unpin_host_memory`: unregisters the calling process's range starting at `va`; its pages are
+    /// unpinned once no queued piece uses them.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::NoAddressSpace`], [`NdmaError::NoPinnedRange`] (`-ENOENT`).
+    pub fn unpin_host_memory(&self, va: u64) -> Result<()> {
+        let mm = self.platform().current_mm().ok_or(NdmaError::NoAddressSpace)?;
+        self.registry().pinned.unpin(mm.pid(), va)
+    }
+
+    /// `ndma_pinned_mem_cleanup_process`: unregisters every range of process `pid` (at its exit).
+    pub fn pinned_mem_cleanup_process(&self, pid: u32) {
+        self.registry().pinned.cleanup_process(pid);
+    }
+
+    /// Pre-pinned ranges registered now, over all processes.
+    pub fn pinned_ranges(&self) -> usize {
+        self.registry().pinned.len()
+    }
+}

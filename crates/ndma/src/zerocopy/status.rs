@@ -1,0 +1,78 @@
+//! What a ring's zero-copy state holds now: the leak check of every test, and the completion queue user space
+//! maps.
+
+use std::sync::Arc;
+
+use crate::classic::RingGuard;
+use crate::device::NeuronDevice;
+use crate::memory::MemChunk;
+use crate::Result;
+
+/// A snapshot of one ring's zero-copy state. A snapshot is not synchronisation: the completion thread may move
+/// things right after.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ZcStatus {
+    /// Live contexts in the queue (tombstones excluded).
+    pub contexts: u32,
+    /// Pages the queue holds pinned (pre-pinned references included).
+    pub pinned_pages: u64,
+    /// `(head, first_pinned_unsubmitted, first_unpinned, tail)`.
+    pub cursors: (u32, u32, u32, u32),
+    /// Completions waiting for room in the completion queue.
+    pub backlog: usize,
+    /// Is the device's completion thread running?
+    pub thread_running: bool,
+}
+
+impl ZcStatus {
+    /// Nothing queued, pinned or waiting to be posted.
+    pub fn is_idle(&self) -> bool {
+        self.contexts == 0 && self.pinned_pages == 0 && self.backlog == 0
+    }
+}
+
+impl NeuronDevice {
+    /// The zero-copy state of NC `nc`'s ring (all zero before its first zero-copy use).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::NdmaError::InvalidNc`], [`crate::NdmaError::NoH2tRing`].
+    pub fn zerocopy_status(&self, nc: u32) -> Result<ZcStatus> {
+        let ring = self.ring(nc)?;
+        let g = RingGuard::lock(self, ring);
+        let thread_running = self.completion_thread.is_running();
+        Ok(match g.inner.zc.as_ref() {
+            None => ZcStatus { thread_running, ..ZcStatus::default() },
+            Some(zc) => ZcStatus {
+                contexts: zc.queue.live_slots().filter(|&i| zc.queue.entry(i).state != super::ZcState::Invalid).count()
+                    as u32,
+                pinned_pages: zc.queue.nr_pinned_pages(),
+                cursors: zc.queue.cursors(),
+                backlog: zc.cq.backlog_len(),
+                thread_running,
+            },
+        })
+    }
+
+    /// The host chunk holding NC `nc`'s completion queue (24,592 bytes, FACTS §5.7), for a consumer to map
+    /// ([`super::CqConsumer::new`]); created with the ring's zero-copy state.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::NdmaError::InvalidNc`], [`crate::NdmaError::NoH2tRing`], allocation failures.
+    pub fn completion_queue(&self, nc: u32) -> Result<Arc<MemChunk>> {
+        let ring = self.ring(nc)?;
+        let mut g = RingGuard::lock(self, ring);
+        Ok(Arc::clone(g.zc()?.cq.chunk()))
+    }
+}
+
+impl RingGuard<'_> {
+    /// `ndma_ctx_queue_free` after a quiesce: nothing is in flight any more, so every context is released
+    /// (unpinned) without waiting.
+    pub(crate) fn zc_teardown(&mut self) {
+        if let Some(zc) = self.inner.zc.as_mut() {
+            let _ = zc.queue.drain(|_, _| Ok(()));
+        }
+    }
+}

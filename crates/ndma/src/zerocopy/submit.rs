@@ -1,0 +1,328 @@
+//! `ndma_zerocopy_submit` (spec §4, FACTS §5.6): split each op of a request into pieces of at most 64 pinned
+//! pages, pin them (or defer pinning with the captured address space), queue them, and issue them as
+//! descriptors become available. A synchronous request (sequence number 0) is done when the call returns; an
+//! async one completes through the ring's completion queue.
+
+use std::sync::Arc;
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::context::{ZcContext, ZcState};
+use super::pin::pin_local;
+use super::sizing::{calc_pin_size, should_wait};
+use super::{NDMA_CTX_QUEUE_MAX_PINNED_PAGES, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
+use crate::classic::RingGuard;
+use crate::device::NeuronDevice;
+use crate::memory::MemChunk;
+use crate::ring::H2tRing;
+use crate::{NdmaError, Result, UserMm, PAGE_SIZE};
+
+/// One op of a zero-copy request (`nrt_tensor_batch_op_t`, FACTS §5.8): `size` bytes between the user buffer
+/// at `buffer` and the device memory at `offset` from the request's base.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct BatchOp {
+    /// Offset of the device side from the request's base.
+    pub offset: u64,
+    /// Bytes.
+    pub size: u64,
+    /// User virtual address of the host side.
+    pub buffer: u64,
+}
+
+const _: () = assert!(size_of::<BatchOp>() == 24);
+
+/// The queue argument that means "the NC's default H2T queue" (`NEURON_DMA_H2T_DEFAULT_QID`).
+pub const NEURON_DMA_H2T_DEFAULT_QID: i32 = -1;
+
+/// A request, as the submit path walks it.
+struct Request<'a> {
+    ops: &'a [BatchOp],
+    base: u64,
+    mc: &'a Arc<MemChunk>,
+    to_device: bool,
+    seq: u64,
+    context: u64,
+    mm: &'a Arc<dyn UserMm>,
+}
+
+impl NeuronDevice {
+    /// `ndma_zerocopy_submit`: moves every op of `ops` between the calling task's user memory and `mc` (from
+    /// `mc_offset + op.offset`) on NC `nc`'s H2T ring, `to_device` for host → device. `sequence_num` 0 is a
+    /// synchronous request, done when this returns; any other value is async: it is queued and completes with
+    /// exactly one entry `(sequence_num, result, context)` on the ring's completion queue
+    /// ([`NeuronDevice::completion_queue`]). `qid` must be the NC's H2T queue or
+    /// [`NEURON_DMA_H2T_DEFAULT_QID`].
+    ///
+    /// Each queued piece holds its pinned pages and a reference on `mc` until it completes, so neither the
+    /// user's pages nor the chunk can be freed under the engine.
+    ///
+    /// # Errors
+    ///
+    /// Before anything is queued: [`NdmaError::NotOwner`] (`-ENOENT`) for a queue the NC does not own,
+    /// [`NdmaError::ZeroCopyUnsupported`] (`-EINVAL`, V2 without the override),
+    /// [`NdmaError::AsyncZeroCopyUnsupported`] (`-EINVAL`, async on V2), [`NdmaError::OutOfRange`] for an op
+    /// outside `mc` or overflowing, [`NdmaError::NoAddressSpace`] (`-EFAULT`). Then: [`NdmaError::QueueFull`]
+    /// (`-EBUSY`, async), pin errors ([`NdmaError::Pin`]), and for a sync request the waits' errors. On any
+    /// error the request's queued pieces are drained (waited for if submitted, unpinned); other requests'
+    /// pieces are untouched (the driver drains the whole queue).
+    #[allow(clippy::too_many_arguments)]
+    pub fn zerocopy_submit(
+        &self,
+        nc: u32,
+        ops: &[BatchOp],
+        mc: &Arc<MemChunk>,
+        mc_offset: u64,
+        qid: i32,
+        to_device: bool,
+        sequence_num: u64,
+        context: u64,
+    ) -> Result<()> {
+        let ring = self.zc_owned_ring(nc, qid)?;
+        if !self.zerocopy_supported() {
+            return Err(NdmaError::ZeroCopyUnsupported);
+        }
+        let is_async = sequence_num != 0;
+        let bit = self.zc_bit(ring, is_async)?;
+        for op in ops {
+            let off = mc_offset.checked_add(op.offset).ok_or(NdmaError::OutOfRange {
+                what: "zero-copy device offset",
+                offset: mc_offset,
+                size: op.offset,
+                limit: u64::MAX,
+            })?;
+            mc.check_range("zero-copy device window", off, op.size)?;
+            op.buffer.checked_add(op.size).ok_or(NdmaError::OutOfRange {
+                what: "zero-copy user buffer",
+                offset: op.buffer,
+                size: op.size,
+                limit: u64::MAX,
+            })?;
+        }
+        let mm = self.platform.current_mm().ok_or(NdmaError::NoAddressSpace)?;
+        if let Some(bit) = bit {
+            self.completion_thread.ensure(self, bit)?;
+        }
+        let base = self.mc_to_pa(mc) + mc_offset;
+        let req = Request { ops, base, mc, to_device, seq: sequence_num, context, mm: &mm };
+        let _span = tracing::debug_span!("zerocopy_submit", nc, ops = ops.len(), seq = sequence_num).entered();
+        let mut g = RingGuard::lock(self, ring);
+        g.zc()?;
+        let mut result = g.zc_enqueue(&req);
+        if result.is_ok() && !is_async {
+            result = g.zc_finish_sync();
+        }
+        if result.is_err() {
+            g.zc_drain_sequence(sequence_num, None);
+        }
+        drop(g);
+        if let (Ok(()), Some(bit)) = (&result, bit) {
+            self.completion_thread.kick(bit);
+        }
+        result
+    }
+
+    /// `ndma_zerocopy_submit_completed` ([N]): queues an async request that is already over (`compl_ret`), so
+    /// its completion is posted in order behind the requests queued before it.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::NotOwner`], [`NdmaError::AsyncZeroCopyUnsupported`], [`NdmaError::QueueFull`], and
+    /// failures to start the completion thread.
+    pub fn zerocopy_submit_completed(
+        &self,
+        nc: u32,
+        qid: i32,
+        sequence_num: u64,
+        compl_ret: i64,
+        context: u64,
+    ) -> Result<()> {
+        let ring = self.zc_owned_ring(nc, qid)?;
+        let bit = self.zc_bit(ring, true)?.ok_or(NdmaError::AsyncZeroCopyUnsupported)?;
+        self.completion_thread.ensure(self, bit)?;
+        let mut g = RingGuard::lock(self, ring);
+        g.zc()?;
+        g.zc_push_completed(sequence_num, compl_ret, context).ok_or(NdmaError::QueueFull { nc })?;
+        drop(g);
+        self.completion_thread.kick(bit);
+        Ok(())
+    }
+
+    /// The ring of NC `nc` if it owns queue `qid` (`ndmar_h2t_ring_is_owner`).
+    fn zc_owned_ring(&self, nc: u32, qid: i32) -> Result<&H2tRing> {
+        let not_owner = NdmaError::NotOwner { nc, qid };
+        let ring = self.h2t_ring(nc).map_err(|_| not_owner.clone())?.ok_or(not_owner.clone())?;
+        if qid != NEURON_DMA_H2T_DEFAULT_QID && u32::try_from(qid).ok() != Some(ring.qid) {
+            return Err(not_owner);
+        }
+        Ok(ring)
+    }
+
+    /// The completion-thread bit of an async request's ring (`None` for a sync one).
+    fn zc_bit(&self, ring: &H2tRing, is_async: bool) -> Result<Option<u32>> {
+        if !is_async {
+            return Ok(None);
+        }
+        self.dhal.ctx_queue_bit(ring.eng_id, ring.qid).map(Some).ok_or(NdmaError::AsyncZeroCopyUnsupported)
+    }
+}
+
+impl RingGuard<'_> {
+    /// Queues every piece of `req`, issuing pinned pieces as descriptors allow. A sync request makes room by
+    /// retiring submitted pieces (`should_wait`'s hysteresis); an async one never waits.
+    fn zc_enqueue(&mut self, req: &Request<'_>) -> Result<()> {
+        let is_async = req.seq != 0;
+        let Some(last_op) = req.ops.iter().rposition(|op| op.size > 0) else {
+            // Nothing to move. An async request still completes exactly once.
+            if is_async {
+                self.zc_push_completed(req.seq, 0, req.context).ok_or(NdmaError::QueueFull { nc: self.ring.nc })?;
+            }
+            return Ok(());
+        };
+        for (k, op) in req.ops.iter().enumerate().filter(|(_, op)| op.size > 0) {
+            let (mut host, mut dev, mut remaining) = (op.buffer, req.base + op.offset, op.size);
+            let mut offset = host % PAGE_SIZE;
+            let mut pin_size = calc_pin_size(remaining + offset);
+            while remaining > 0 {
+                self.zc_issue_pinned();
+                let nr_pages = pin_size.div_ceil(PAGE_SIZE);
+                let q = &self.zc()?.queue;
+                let can_pin = q.nr_pinned_pages() + nr_pages <= NDMA_CTX_QUEUE_MAX_PINNED_PAGES;
+                let full = q.is_full();
+                if is_async && full {
+                    return Err(NdmaError::QueueFull { nc: self.ring.nc });
+                }
+                let queued = (can_pin || is_async) && !full;
+                if queued {
+                    let size = (pin_size - offset).min(remaining);
+                    let last = size == remaining && k == last_op;
+                    self.zc_push_piece(req, host, dev, size, nr_pages as u32, last, can_pin)?;
+                    (host, dev, remaining, offset) = (host + size, dev + size, remaining - size, 0);
+                    pin_size = pin_size.min(remaining);
+                }
+                if !is_async {
+                    self.zc_make_room(!queued)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds a piece at the tail: pinned now (`pin_now`), or deferred with the captured address space.
+    #[allow(clippy::too_many_arguments)]
+    fn zc_push_piece(
+        &mut self,
+        req: &Request<'_>,
+        host: u64,
+        dev: u64,
+        size: u64,
+        nr_pages: u32,
+        last: bool,
+        pin_now: bool,
+    ) -> Result<()> {
+        let pid = req.mm.pid();
+        let page = host & !(PAGE_SIZE - 1);
+        let device_writes = !req.to_device;
+        let pinned = if pin_now {
+            match self.dev.prepinned(pid, page, nr_pages as usize) {
+                Some(p) => Some(p),
+                None => Some(pin_local(req.mm, page, nr_pages as usize, device_writes)?),
+            }
+        } else {
+            None
+        };
+        let q = &mut self.zc()?.queue;
+        let Some((_, slot)) = q.peek_tail() else {
+            return Err(NdmaError::QueueFull { nc: self.ring.nc });
+        };
+        *slot = ZcContext {
+            state: if pinned.is_some() { ZcState::PinnedUnsubmitted } else { ZcState::Unpinned },
+            host_addr: host,
+            dev_addr: dev,
+            size,
+            to_device: req.to_device,
+            last,
+            nr_pages,
+            nr_desc: 0,
+            mm: pinned.is_none().then(|| Arc::clone(req.mm)),
+            pinned,
+            pid,
+            sequence_num: req.seq,
+            context: req.context,
+            compl_ret: 0,
+            held: Some(Arc::clone(req.mc)),
+        };
+        if pin_now {
+            q.add_pinned_pages(u64::from(nr_pages));
+        }
+        q.inc_tail();
+        Ok(())
+    }
+
+    /// Queues a context that is already over, to keep completion order (a `submit_completed` dummy).
+    /// `None` when the queue is full.
+    pub(crate) fn zc_push_completed(&mut self, seq: u64, compl_ret: i64, context: u64) -> Option<()> {
+        let q = &mut self.inner.zc.as_mut()?.queue;
+        let (_, slot) = q.peek_tail()?;
+        *slot = ZcContext {
+            state: ZcState::Completed,
+            to_device: true,
+            last: true,
+            sequence_num: seq,
+            compl_ret,
+            context,
+            ..ZcContext::default()
+        };
+        q.inc_tail();
+        Some(())
+    }
+
+    /// Sync step 3: while the pin budget, the queue or the descriptors are short (`should_wait`, with its
+    /// hysteresis), retire submitted pieces. `must`: nothing could be queued, so make at least one step.
+    fn zc_make_room(&mut self, mut must: bool) -> Result<()> {
+        let mut thr = NDMA_ZC_DESC_WAIT_THRESHOLD_LO;
+        loop {
+            let q = &self.zc()?.queue;
+            let (pinned, full) = (q.nr_pinned_pages(), q.is_full());
+            if !must && !should_wait(pinned, full, self.ring_available(), &mut thr) {
+                return Ok(());
+            }
+            if !self.zc_step()? {
+                // Nothing to retire, issue or pin: waiting cannot help (the driver pops an empty region here).
+                return if must { Err(NdmaError::QueueFull { nc: self.ring.nc }) } else { Ok(()) };
+            }
+            must = false;
+        }
+    }
+
+    /// One step forward: issue what fits, else retire the head, else pin a deferred piece.
+    fn zc_step(&mut self) -> Result<bool> {
+        if self.zc_issue_pinned() > 0 {
+            return Ok(true);
+        }
+        if self.zc_retire_one()? {
+            return Ok(true);
+        }
+        Ok(self.zc_pin_unpinned() > 0)
+    }
+
+    /// The sync tail: issue and retire until none of the request's pieces (sequence 0) is left.
+    fn zc_finish_sync(&mut self) -> Result<()> {
+        while self.zc_holds_sequence(0) {
+            if !self.zc_step()? {
+                return Err(NdmaError::QueueFull { nc: self.ring.nc });
+            }
+        }
+        Ok(())
+    }
+
+    /// Does the queue hold a live piece of request `seq`?
+    fn zc_holds_sequence(&self, seq: u64) -> bool {
+        self.inner.zc.as_ref().is_some_and(|zc| {
+            zc.queue
+                .live_slots()
+                .map(|i| zc.queue.entry(i))
+                .any(|c| c.state != ZcState::Invalid && c.sequence_num == seq)
+        })
+    }
+}

@@ -1,0 +1,140 @@
+//! The completion thread ([N] "neuron dma cmpltn", FACTS §5.7): one per device, created on the first async
+//! submit, woken through the non-empty-queue bitmap, running the completion steps of every ring whose bit is
+//! set until its queue is empty. It stops when the device goes away, after draining what is queued.
+//!
+//! Unlike the driver's thread it does not spin over a queue that waits on the engine: the marker wait of step 1
+//! sleeps (a marker-aware delay) while the head piece runs, and a pass that moves nothing (pin budget, a full
+//! completion queue nobody reads) waits for a kick or a millisecond before the next.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::classic::RingGuard;
+use crate::device::NeuronDevice;
+use crate::{NdmaError, Result};
+
+/// How long a pass that moved nothing waits before the next (a consumer freeing completion-queue room does
+/// not kick the thread).
+const IDLE_RETRY: Duration = Duration::from_millis(1);
+
+/// What the device and its thread share.
+#[derive(Default)]
+struct Shared {
+    /// `nonempty_ctxq_bitmap`: bit `ctx_queue_bit(eng, qid)` set while that ring's queue may hold work.
+    bitmap: AtomicU64,
+    /// Set once to stop the thread (it drains first).
+    stop: AtomicBool,
+    /// Kicked: a new submit or a stop since the thread last looked.
+    kicked: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn kicked(&self) -> MutexGuard<'_, bool> {
+        self.kicked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn kick(&self) {
+        *self.kicked() = true;
+        self.wake.notify_one();
+    }
+
+    /// Waits for a kick (or `timeout`, if given).
+    fn wait(&self, timeout: Option<Duration>) {
+        let mut k = self.kicked();
+        if !*k {
+            k = match timeout {
+                Some(t) => self.wake.wait_timeout(k, t).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0),
+                None => self.wake.wait(k).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+        *k = false;
+    }
+}
+
+/// The device's completion thread handle (`struct ndma_h2d_dma_cmpltn_thread`).
+#[derive(Default)]
+pub(crate) struct CompletionThread {
+    shared: Arc<Shared>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl CompletionThread {
+    /// `ndma_h2d_create_cmpltn_thread`: starts the thread if it is not running.
+    pub(crate) fn ensure(&self, dev: &NeuronDevice, _bit: u32) -> Result<()> {
+        let mut h = self.handle.lock().unwrap_or_else(|p| p.into_inner());
+        if h.is_some() {
+            return Ok(());
+        }
+        let weak = dev.self_ref();
+        let shared = Arc::clone(&self.shared);
+        let handle = std::thread::Builder::new()
+            .name(format!("ndma cmpltn d{}", dev.index()))
+            .spawn(move || run(&shared, &weak))
+            .map_err(|e| NdmaError::Thread(e.to_string()))?;
+        *h = Some(handle);
+        Ok(())
+    }
+
+    /// Marks ring `bit` non-empty and wakes the thread.
+    pub(crate) fn kick(&self, bit: u32) {
+        // Release: the queued contexts (written under the ring lock, which the thread takes too) are ordered
+        // before the bit anyway; Release keeps the bit itself from being seen early by the swap below.
+        self.shared.bitmap.fetch_or(1 << bit, Ordering::Release);
+        self.shared.kick();
+    }
+
+    /// Is the thread running?
+    pub(crate) fn is_running(&self) -> bool {
+        self.handle.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// `ndma_h2d_stop_cmpltn_thread`: stops the thread after it has drained what is queued, and joins it —
+    /// unless called on the thread itself (the device dropped by its own thread), which then just exits.
+    pub(crate) fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.kick();
+        let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() && h.join().is_err() {
+                tracing::error!("the zero-copy completion thread panicked");
+            }
+        }
+    }
+}
+
+fn run(shared: &Shared, dev: &Weak<NeuronDevice>) {
+    loop {
+        // Acquire: pairs with the kickers' Release.
+        let bits = shared.bitmap.swap(0, Ordering::Acquire);
+        if bits == 0 {
+            if shared.stop.load(Ordering::Acquire) {
+                return;
+            }
+            shared.wait(None);
+            continue;
+        }
+        let Some(dev) = dev.upgrade() else { return };
+        let stopping = shared.stop.load(Ordering::Acquire);
+        let (mut again, mut moved) = (0u64, false);
+        for bit in (0..64).filter(|b| bits & (1 << b) != 0) {
+            let Some(ring) = dev.ring_of_bit(bit) else { continue };
+            let mut g = RingGuard::lock(&dev, ring);
+            moved |= g.zc_complete().any();
+            // Stopping: completions nobody will read no longer hold the thread.
+            let left = if stopping { g.zc_queued() } else { g.zc_pending() };
+            if left {
+                again |= 1 << bit;
+            }
+        }
+        drop(dev);
+        if again != 0 {
+            shared.bitmap.fetch_or(again, Ordering::Release);
+            if !moved {
+                shared.wait(Some(IDLE_RETRY));
+            }
+        }
+    }
+}
