@@ -263,7 +263,7 @@ mod tests {
                     assert_eq!(arch.queue_owner(eng, qid), expected(arch, eng, qid), "{arch} engine {eng} queue {qid}");
                 }
                 let seng = eng < arch.seng_engines();
-                assert_eq!(arch.engine_nc(eng), seng.then(|| eng / 16), "{arch} engine {eng}");
+                assert_eq!(arch.engine_nc(eng), seng.then_some(eng / 16), "{arch} engine {eng}");
             }
             // Every NC owns its H2T queue, and that queue sits on an engine the arch has.
             for nc in 0..arch.ncs_per_device() {
