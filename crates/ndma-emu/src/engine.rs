@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+use udma::regs::{QueueReg, QueueSwCtrl};
 use udma::{regs, Desc, Direction};
 
 use crate::addr_map::Space;
@@ -46,6 +47,8 @@ struct Cursor {
     len: u32,
     head: u32,
     phase: u8,
+    /// TX: a DMB pauses the queue (its rate-limit mask unmasks `INTERNAL_PAUSE_DMB`).
+    dmb_pauses: bool,
 }
 
 impl Cursor {
@@ -183,8 +186,9 @@ impl Engine {
 
     /// `q_sw_ctrl` write: `RST_Q` resets the queue synchronously (see the module doc).
     pub(crate) fn sw_ctrl(&self, dev: &DeviceCore, dir: Direction, qid: usize, value: u32) {
-        if value & regs::Q_SW_CTRL_RST_Q == 0 {
-            lock(&self.regs).queues[qid][dir_index(dir)].q_sw_ctrl = value;
+        let sw_ctrl = QueueSwCtrl::from_bits(value);
+        if !sw_ctrl.rst_q() {
+            lock(&self.regs).queues[qid][dir_index(dir)].set(QueueReg::QSwCtrl, value);
             return;
         }
         let mut exec = lock(&self.exec);
@@ -192,7 +196,7 @@ impl Engine {
         let mut r = lock(&self.regs);
         let d = dir_index(dir);
         r.queues[qid][d].reset_pointers();
-        r.queues[qid][d].q_sw_ctrl = value & !regs::Q_SW_CTRL_RST_Q;
+        r.queues[qid][d].set(QueueReg::QSwCtrl, sw_ctrl.with_rst_q(false).into_bits());
         r.queues[qid][1 - d].status = 0;
         r.pairs[qid] = PairState::default();
     }
@@ -304,6 +308,7 @@ impl Engine {
                 len: q.ring_len(),
                 head: q.head,
                 phase: q.head_phase,
+                dmb_pauses: q.dmb_pauses(),
             };
             // With a plan, one pair per batch: delays and corruption apply per descriptor.
             let budget = t.pending.min(x.pending).min(if plan_active { 1 } else { MAX_BATCH });
@@ -429,7 +434,7 @@ impl Engine {
         Ok(Op {
             copy: Copy { src, dst, len: tl as usize },
             descs: 1,
-            drain_before: t.len_ctrl.dmb() || r.len_ctrl.sow(),
+            drain_before: (t.len_ctrl.dmb() && tx.dmb_pauses) || r.len_ctrl.sow(),
             write_barrier: t.meta_ctrl.write_barrier(),
             dropped: marker_shaped && dev.plan.take_drop_marker(self.id, qid as u32),
         })
