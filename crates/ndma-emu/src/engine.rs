@@ -74,7 +74,7 @@ struct Op {
     drain_before: bool,
     /// TX meta WRITE_BARRIER: posted writes (its own included) drain right after it.
     write_barrier: bool,
-    /// The fault plan dropped this pair's write (`PlannedFault::DropMarker`).
+    /// The fault plan dropped this pair's write (`PlannedFault::DropFinalWrite`).
     dropped: bool,
 }
 
@@ -172,6 +172,10 @@ impl Engine {
                     q.tail_phase = (q.tail_phase + 1) & udma::DMA_RING_ID_MASK;
                 }
                 q.pending += count;
+                if dir == Direction::Rx {
+                    // Under `regs`, before the engine can fetch this work: where the batch ends.
+                    dev.plan.on_rx_doorbell(self.id, qid as u32, (end - 1) % ring_len);
+                }
                 None
             }
         };
@@ -199,6 +203,7 @@ impl Engine {
         r.queues[qid][d].set(QueueReg::QSwCtrl, sw_ctrl.with_rst_q(false).into_bits());
         r.queues[qid][1 - d].status = 0;
         r.pairs[qid] = PairState::default();
+        dev.plan.on_queue_reset(self.id, qid as u32);
     }
 
     /// `change_state` write.
@@ -430,13 +435,12 @@ impl Engine {
         }
         let src = dev.map.decode(t.src, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: t.src, len: tl })?;
         let dst = dev.map.decode(r.dst, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: r.dst, len: tl })?;
-        let marker_shaped = tl == 4 && src.space == Space::Host && dst.space == Space::Host;
         Ok(Op {
             copy: Copy { src, dst, len: tl as usize },
             descs: 1,
             drain_before: (t.len_ctrl.dmb() && tx.dmb_pauses) || r.len_ctrl.sow(),
             write_barrier: t.meta_ctrl.write_barrier(),
-            dropped: marker_shaped && dev.plan.take_drop_marker(self.id, qid as u32),
+            dropped: dev.plan.take_dropped_write(self.id, qid as u32, rx.head),
         })
     }
 
@@ -472,7 +476,7 @@ impl Engine {
             }
             let start = Instant::now();
             if op.dropped {
-                tracing::debug!(engine = self.id, "marker write dropped by the fault plan");
+                tracing::debug!(engine = self.id, "final write of a batch dropped by the fault plan");
             } else if posts && op.copy.dst.space == Space::Hbm {
                 exec.posted.post(op.copy);
             } else {
