@@ -41,7 +41,7 @@ impl CliError {
 
     /// Wraps a device-model error with what the CLI was doing.
     pub fn emu(what: impl Into<String>, err: &ndma_emu::EmuError) -> Self {
-        CliError::Emu { what: what.into(), msg: err.to_string(), errno: -err.errno().abs() }
+        CliError::Emu { what: what.into(), msg: err.to_string(), errno: err.errno() }
     }
 
     /// The negative errno behind the failure, if it has one.
@@ -49,7 +49,7 @@ impl CliError {
         match self {
             CliError::Op { err, .. } => Some(err.errno()),
             CliError::Setup(TestbedError::Ndma(e)) => Some(e.errno()),
-            CliError::Setup(TestbedError::Emu(e)) => Some(-e.errno().abs()),
+            CliError::Setup(TestbedError::Emu(e)) => Some(e.errno()),
             CliError::Emu { errno, .. } => Some(*errno),
             _ => None,
         }

@@ -48,9 +48,8 @@ impl Bench {
         };
         let sys = EmuSystem::new(cfg).expect("system");
         let dev = Arc::clone(sys.device(0));
-        let base = arch.engine_base(33).expect("engine");
-        Udma::<HostBuf>::new(base, 16).start(&*dev);
-        let q = M2mQueue::init(&*dev, base, 0, 16, ring(&dev), ring(&dev), RING, None).expect("queue");
+        let engine = Udma::init(&*dev, arch, 33).expect("engine");
+        let q = engine.init_queue(&*dev, 0, ring(&dev), ring(&dev), RING).expect("queue");
         let src = dev.host().alloc(TOTAL, 1 << 21).expect("src");
         src.fill(0, TOTAL, 0x5a).expect("warm src");
         let dst = dev.alloc_hbm(TOTAL as u64, 1 << 21).expect("dst").pa;

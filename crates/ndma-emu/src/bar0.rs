@@ -1,29 +1,30 @@
-//! The BAR0 register file: where an offset lands (engine, direction, queue, register) and the per-queue
-//! register storage (FACTS §2.3, §4). Side effects of writes (doorbells, resets) live in the engine.
+//! The BAR0 register file: where an offset lands (engine, then the register `udma::regs` declares there) and
+//! the register storage (FACTS §2.3, §4). The layout is the HAL's own declaration ([`Register::decode`]),
+//! so the model and the HAL cannot disagree on an offset. Side effects of writes (doorbells, resets, state
+//! changes) live in the engine.
 
+use udma::regs::{EngineReg, QueueCfg, QueueReg, RateLimitMask, Register, RingLength, UdmaState};
 use udma::{regs, Arch, Direction, DMA_MAX_Q, UDMA_INITIAL_RING_ID};
 
-/// Engine state values (`enum udma_state`).
+/// Engine state values (`enum udma_state`), as the `state` register reads.
 pub mod engine_state {
+    use udma::UdmaState;
+
     /// DISABLE.
-    pub const DISABLE: u32 = 0;
+    pub const DISABLE: u32 = UdmaState::Disable as u32;
     /// IDLE.
-    pub const IDLE: u32 = 1;
+    pub const IDLE: u32 = UdmaState::Idle as u32;
     /// NORMAL: the engine processes descriptors.
-    pub const NORMAL: u32 = 2;
+    pub const NORMAL: u32 = UdmaState::Normal as u32;
     /// ABORT.
-    pub const ABORT: u32 = 3;
+    pub const ABORT: u32 = UdmaState::Abort as u32;
 }
 
-/// A decoded BAR0 offset.
+/// A decoded BAR0 offset: a register of engine `eng`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// A direction's `state` register (read-only).
-    State { eng: u32, dir: Direction },
-    /// A direction's `change_state` register (write-only).
-    ChangeState { eng: u32, dir: Direction },
-    /// A per-queue register at offset `reg` of queue `qid`'s block.
-    Queue { eng: u32, dir: Direction, qid: u32, reg: u64 },
+pub(crate) struct Target {
+    pub(crate) eng: u32,
+    pub(crate) reg: Register,
 }
 
 /// Index of a direction in per-direction arrays.
@@ -48,52 +49,24 @@ impl Bar0Map {
         Bar0Map { bases }
     }
 
-    /// Decodes a BAR0 offset, or `None` for anything that is not a modelled register (unmapped space,
-    /// unaligned offsets, `gen` blocks, queue ids beyond 16).
+    /// Decodes a BAR0 offset, or `None` for anything that is not a declared register (unmapped space,
+    /// unaligned offsets, reserved and `gen` blocks, queue ids beyond 16).
     pub(crate) fn decode(&self, off: u64) -> Option<Target> {
-        if off % 4 != 0 {
-            return None;
-        }
         let i = self.bases.partition_point(|&(b, _)| b <= off).checked_sub(1)?;
         let (base, eng) = self.bases[i];
-        let rel = off - base;
-        if rel >= regs::ENGINE_REGS_SIZE {
-            return None;
-        }
-        let (dir, rel) = if rel < regs::S2M_REGS {
-            (Direction::Tx, rel)
-        } else if rel < regs::GEN_REGS {
-            (Direction::Rx, rel - regs::S2M_REGS)
-        } else {
-            return None;
-        };
-        match rel {
-            0x200 => Some(Target::State { eng, dir }),
-            0x204 => Some(Target::ChangeState { eng, dir }),
-            r if r >= regs::QUEUES_OFFSET => {
-                let qid = (r - regs::QUEUES_OFFSET) / regs::QUEUE_STRIDE;
-                let reg = (r - regs::QUEUES_OFFSET) % regs::QUEUE_STRIDE;
-                (qid < u64::from(DMA_MAX_Q)).then_some(Target::Queue { eng, dir, qid: qid as u32, reg })
-            }
-            _ => None,
-        }
+        let reg = Register::decode(off - base)?;
+        Some(Target { eng, reg })
     }
 }
 
 /// One direction of one queue: its registers and the engine's live cursors.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QueueRegs {
-    pub(crate) cfg: u32,
+    /// Stored values of the plainly stored registers, indexed by [`QueueReg`]; the cursor registers and
+    /// `status` are computed or owned by the engine instead.
+    values: [u32; QueueReg::COUNT],
+    /// The `status` register: set by the engine when it halts the pair, cleared by `RST_Q`.
     pub(crate) status: u32,
-    pub(crate) desc_pref_cfg: u32,
-    pub(crate) drbp_low: u32,
-    pub(crate) drbp_high: u32,
-    pub(crate) drl: u32,
-    pub(crate) crbp_low: u32,
-    pub(crate) crbp_high: u32,
-    pub(crate) comp_cfg: u32,
-    pub(crate) q_sw_ctrl: u32,
-    pub(crate) rlimit_mask: u32,
     /// Next slot the engine fetches.
     pub(crate) head: u32,
     /// Phase the descriptor at `head` must carry.
@@ -108,18 +81,13 @@ pub(crate) struct QueueRegs {
 
 impl Default for QueueRegs {
     fn default() -> Self {
+        let mut values = [0; QueueReg::COUNT];
+        for &reg in QueueReg::ALL {
+            values[reg as usize] = reg.reset_value();
+        }
         QueueRegs {
-            cfg: regs::Q_CFG_RESET_VALUE,
+            values,
             status: 0,
-            desc_pref_cfg: 0,
-            drbp_low: 0,
-            drbp_high: 0,
-            drl: 0,
-            crbp_low: 0,
-            crbp_high: 0,
-            comp_cfg: 0,
-            q_sw_ctrl: 0,
-            rlimit_mask: regs::RLIMIT_MASK_RESET_VALUE,
             head: 0,
             head_phase: UDMA_INITIAL_RING_ID,
             tail: 0,
@@ -130,20 +98,35 @@ impl Default for QueueRegs {
 }
 
 impl QueueRegs {
+    /// The stored value of `reg`.
+    pub(crate) fn get(&self, reg: QueueReg) -> u32 {
+        self.values[reg as usize]
+    }
+
+    /// Stores `v` in `reg` (no side effect).
+    pub(crate) fn set(&mut self, reg: QueueReg, v: u32) {
+        self.values[reg as usize] = v;
+    }
+
     /// Ring length in descriptors.
     pub(crate) fn ring_len(&self) -> u32 {
-        self.drl & regs::PTR_OFFSET_MASK
+        RingLength::from_bits(self.get(QueueReg::Drl)).descs()
     }
 
     /// Device address of the ring.
     pub(crate) fn ring_base(&self) -> u64 {
-        (u64::from(self.drbp_high) << 32) | u64::from(self.drbp_low & regs::DRBP_LOW_MASK)
+        (u64::from(self.get(QueueReg::DrbpHigh)) << 32) | u64::from(self.get(QueueReg::DrbpLow) & regs::DRBP_LOW_MASK)
     }
 
     /// Both enable bits set.
     pub(crate) fn enabled(&self) -> bool {
-        let en = regs::Q_CFG_EN_PREF | regs::Q_CFG_EN_SCHEDULING;
-        self.cfg & en == en
+        QueueCfg::from_bits(self.get(QueueReg::Cfg)).enabled()
+    }
+
+    /// A TX descriptor's DMB pauses the queue until earlier writes land: queue init unmasked
+    /// `INTERNAL_PAUSE_DMB` in the rate-limit mask. Out of reset it is masked and a DMB does nothing.
+    pub(crate) fn dmb_pauses(&self) -> bool {
+        !RateLimitMask::from_bits(self.get(QueueReg::RlimitMask)).internal_pause_dmb()
     }
 
     /// `RST_Q`: cursors to 0, both phases to `UDMA_INITIAL_RING_ID`, nothing pending, status clear.
@@ -156,49 +139,61 @@ impl QueueRegs {
         self.status = 0;
     }
 
-    /// Reads register `reg` of this queue block.
-    pub(crate) fn read(&self, dir: Direction, reg: u64) -> u32 {
-        match (dir, reg) {
-            (Direction::Tx, regs::q::DESC_PREF_CFG) => self.desc_pref_cfg,
-            (_, regs::q::CFG) => self.cfg,
-            (_, regs::q::STATUS) => self.status,
-            (_, regs::q::DRBP_LOW) => self.drbp_low,
-            (_, regs::q::DRBP_HIGH) => self.drbp_high,
-            (_, regs::q::DRL) => self.drl,
-            (_, regs::q::DRHP) | (_, regs::q::DCP) => regs::ptr_value(self.head, self.head_phase),
-            (_, regs::q::DRTP) => regs::ptr_value(self.tail, self.tail_phase),
-            (_, regs::q::CRBP_LOW) => self.crbp_low,
-            (_, regs::q::CRBP_HIGH) => self.crbp_high,
-            (Direction::Tx, regs::q::M2S_RLIMIT_MASK) => self.rlimit_mask,
-            (Direction::Tx, regs::q::M2S_COMP_CFG) | (Direction::Rx, regs::q::S2M_COMP_CFG) => self.comp_cfg,
-            (Direction::Tx, regs::q::M2S_Q_SW_CTRL) | (Direction::Rx, regs::q::S2M_Q_SW_CTRL) => self.q_sw_ctrl,
-            _ => 0,
+    /// Reads `reg` (which `Register::decode` found in this queue's direction).
+    pub(crate) fn read(&self, reg: QueueReg) -> u32 {
+        match reg {
+            QueueReg::Status => self.status,
+            QueueReg::Drhp | QueueReg::Dcp => regs::ptr_value(self.head, self.head_phase),
+            QueueReg::Drtp => regs::ptr_value(self.tail, self.tail_phase),
+            // The doorbell is write-only; the model has no completion ring, so its head stays 0.
+            QueueReg::DrtpInc | QueueReg::Crhp => 0,
+            QueueReg::DescPrefCfg
+            | QueueReg::Cfg
+            | QueueReg::DrbpLow
+            | QueueReg::DrbpHigh
+            | QueueReg::Drl
+            | QueueReg::CrbpLow
+            | QueueReg::CrbpHigh
+            | QueueReg::RlimitMask
+            | QueueReg::CompCfg
+            | QueueReg::QSwCtrl => self.get(reg),
         }
     }
 
-    /// Stores a plain (side-effect-free) register; returns false when `reg` is not one.
-    pub(crate) fn write_plain(&mut self, dir: Direction, reg: u64, v: u32) -> bool {
-        let slot = match (dir, reg) {
-            (Direction::Tx, regs::q::DESC_PREF_CFG) => &mut self.desc_pref_cfg,
-            (_, regs::q::CFG) => &mut self.cfg,
-            (_, regs::q::DRBP_LOW) => &mut self.drbp_low,
-            (_, regs::q::DRBP_HIGH) => &mut self.drbp_high,
-            (_, regs::q::DRL) => &mut self.drl,
-            (_, regs::q::CRBP_LOW) => &mut self.crbp_low,
-            (_, regs::q::CRBP_HIGH) => &mut self.crbp_high,
-            (Direction::Tx, regs::q::M2S_RLIMIT_MASK) => &mut self.rlimit_mask,
-            (Direction::Tx, regs::q::M2S_COMP_CFG) | (Direction::Rx, regs::q::S2M_COMP_CFG) => &mut self.comp_cfg,
-            _ => return false,
-        };
-        *slot = v;
-        true
+    /// Stores a plainly stored register; returns false (nothing stored) for one the engine owns or computes
+    /// (`status`, the cursors) or whose write has a side effect (the doorbell, `q_sw_ctrl`).
+    pub(crate) fn write_plain(&mut self, reg: QueueReg, v: u32) -> bool {
+        match reg {
+            QueueReg::DescPrefCfg
+            | QueueReg::Cfg
+            | QueueReg::DrbpLow
+            | QueueReg::DrbpHigh
+            | QueueReg::Drl
+            | QueueReg::CrbpLow
+            | QueueReg::CrbpHigh
+            | QueueReg::RlimitMask
+            | QueueReg::CompCfg => {
+                self.set(reg, v);
+                true
+            }
+            QueueReg::Status
+            | QueueReg::Drhp
+            | QueueReg::Drtp
+            | QueueReg::Dcp
+            | QueueReg::Crhp
+            | QueueReg::DrtpInc
+            | QueueReg::QSwCtrl => false,
+        }
     }
 }
 
 /// Registers of one engine: both directions' state and every queue.
 #[derive(Debug)]
 pub(crate) struct EngineRegs {
+    /// Each direction's `state` (a [`UdmaState`] value), moved by `change_state` writes.
     pub(crate) state: [u32; 2],
+    /// M2S `cfg_len`: stored and read back; FACTS give no layout, so nothing else depends on it.
+    pub(crate) cfg_len: u32,
     pub(crate) queues: [[QueueRegs; 2]; DMA_MAX_Q as usize],
     pub(crate) pairs: [PairState; DMA_MAX_Q as usize],
     /// Round-robin cursor over queue pairs.
@@ -217,7 +212,8 @@ pub(crate) struct PairState {
 impl Default for EngineRegs {
     fn default() -> Self {
         EngineRegs {
-            state: [engine_state::DISABLE; 2],
+            state: [UdmaState::Disable as u32; 2],
+            cfg_len: EngineReg::CfgLen.reset_value(),
             queues: [[QueueRegs::default(); 2]; DMA_MAX_Q as usize],
             pairs: [PairState::default(); DMA_MAX_Q as usize],
             rr: 0,
@@ -226,6 +222,33 @@ impl Default for EngineRegs {
 }
 
 impl EngineRegs {
+    /// Reads `reg` of this engine.
+    pub(crate) fn read(&self, reg: Register) -> u32 {
+        match reg {
+            Register::Engine { dir, reg: EngineReg::State } => self.state[dir_index(dir)],
+            // Write-only.
+            Register::Engine { reg: EngineReg::ChangeState, .. } => 0,
+            Register::Engine { reg: EngineReg::CfgLen, .. } => self.cfg_len,
+            Register::Queue { dir, qid, reg } => self.queues[qid as usize][dir_index(dir)].read(reg),
+        }
+    }
+
+    /// Stores a write to a plainly stored register of this engine. Returns true when the write may have made
+    /// a queue runnable (a queue's `cfg`), so the caller wakes the engine. Side-effect registers
+    /// (`change_state`, the doorbell, `q_sw_ctrl`) are the engine's and are not handled here.
+    pub(crate) fn write_plain(&mut self, reg: Register, v: u32) -> bool {
+        match reg {
+            Register::Engine { reg: EngineReg::CfgLen, .. } => {
+                self.cfg_len = v;
+                false
+            }
+            Register::Engine { reg: EngineReg::State | EngineReg::ChangeState, .. } => false,
+            Register::Queue { dir, qid, reg } => {
+                self.queues[qid as usize][dir_index(dir)].write_plain(reg, v) && reg == QueueReg::Cfg
+            }
+        }
+    }
+
     /// Queue pair `qid` can execute its next descriptor pair.
     pub(crate) fn runnable(&self, qid: usize) -> bool {
         let [tx, rx] = &self.queues[qid];
@@ -260,18 +283,42 @@ mod tests {
             let m = Bar0Map::new(arch);
             for eng in 0..arch.num_engines() {
                 let b = arch.engine_base(eng).unwrap();
-                assert_eq!(m.decode(b + 0x204), Some(Target::ChangeState { eng, dir: Direction::Tx }));
-                assert_eq!(m.decode(b + 0x20200), Some(Target::State { eng, dir: Direction::Rx }));
+                let engine = |dir, reg| Some(Target { eng, reg: Register::Engine { dir, reg } });
+                assert_eq!(m.decode(b + regs::M2S_CHANGE_STATE), engine(Direction::Tx, EngineReg::ChangeState));
+                assert_eq!(m.decode(b + regs::S2M_STATE), engine(Direction::Rx, EngineReg::State));
+                assert_eq!(m.decode(b + regs::M2S_CFG_LEN), engine(Direction::Tx, EngineReg::CfgLen));
                 assert_eq!(
                     m.decode(regs::queue_base(b, Direction::Rx, 15) + regs::q::DRTP_INC),
-                    Some(Target::Queue { eng, dir: Direction::Rx, qid: 15, reg: regs::q::DRTP_INC })
+                    Some(Target { eng, reg: Register::Queue { dir: Direction::Rx, qid: 15, reg: QueueReg::DrtpInc } })
                 );
                 assert_eq!(m.decode(b + regs::GEN_REGS), None);
                 assert_eq!(m.decode(b + 0x1002), None);
+                assert_eq!(m.decode(b + regs::S2M_REGS + 0x254), None, "FACTS give no S2M cfg_len");
                 assert_eq!(m.decode(b + regs::ENGINE_REGS_SIZE + 4), None);
             }
             assert_eq!(m.decode(0), None);
             assert_eq!(m.decode(!3), None);
+        }
+    }
+
+    /// Every declared queue register reads back its reset value from a fresh queue, and every plainly
+    /// stored one reads back what was written.
+    #[test]
+    fn queue_registers_reset_and_store_as_declared() {
+        for dir in [Direction::Tx, Direction::Rx] {
+            let mut q = QueueRegs::default();
+            for &reg in QueueReg::ALL {
+                if reg.offset(dir).is_none() {
+                    continue;
+                }
+                let want = match reg {
+                    QueueReg::Drhp | QueueReg::Drtp | QueueReg::Dcp => regs::ptr_value(0, UDMA_INITIAL_RING_ID),
+                    _ => reg.reset_value(),
+                };
+                assert_eq!(q.read(reg), want, "{dir} {}", reg.name());
+                let stored = q.write_plain(reg, 0x5a5a_0040);
+                assert_eq!(q.read(reg) == 0x5a5a_0040, stored, "{dir} {}", reg.name());
+            }
         }
     }
 
@@ -282,15 +329,11 @@ mod tests {
             let arch = if v3 { Arch::V3 } else { Arch::V2 };
             let off = off & !3;
             let m = Bar0Map::new(arch);
-            let eng = match m.decode(off) {
-                Some(Target::State { eng, .. } | Target::ChangeState { eng, .. } | Target::Queue { eng, .. }) => Some(eng),
-                None => None,
-            };
-            if let Some(e) = eng {
-                proptest::prop_assert_eq!(arch.engine_at(off).map(|x| x.0), Some(e));
+            if let Some(t) = m.decode(off) {
+                proptest::prop_assert_eq!(arch.engine_at(off).map(|x| x.0), Some(t.eng));
             }
             if arch.engine_at(off).is_none() {
-                proptest::prop_assert_eq!(eng, None);
+                proptest::prop_assert_eq!(m.decode(off), None);
             }
         }
     }

@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use udma::{regs, Arch, Direction, Mmio};
+use udma::regs::{DoorbellCount, EngineReg, QueueReg, Register};
+use udma::{Arch, Direction, Mmio};
 
 use crate::addr_map::AddrMap;
 use crate::bar0::{dir_index, Bar0Map, Target};
@@ -283,37 +284,22 @@ impl ndma::ResetClock for EmuDevice {
 
 impl Mmio for EmuDevice {
     fn read32(&self, offset: u64) -> u32 {
-        let Some(t) = self.bar0.decode(offset) else { return 0 };
-        match t {
-            Target::State { eng, dir } => self.engine(eng).map_or(0, |e| lock(&e.regs).state[dir_index(dir)]),
-            Target::ChangeState { .. } => 0,
-            Target::Queue { eng, dir, qid, reg } => {
-                self.engine(eng).map_or(0, |e| lock(&e.regs).queues[qid as usize][dir_index(dir)].read(dir, reg))
-            }
-        }
+        let Some(Target { eng, reg }) = self.bar0.decode(offset) else { return 0 };
+        self.engine(eng).map_or(0, |e| lock(&e.regs).read(reg))
     }
 
     fn write32(&self, offset: u64, value: u32) {
-        let Some(t) = self.bar0.decode(offset) else { return };
-        match t {
-            Target::State { .. } => {}
-            Target::ChangeState { eng, dir } => {
-                if let Ok(e) = self.engine(eng) {
-                    e.change_state(&self.core, dir, value);
-                }
+        let Some(Target { eng, reg }) = self.bar0.decode(offset) else { return };
+        let Ok(e) = self.engine(eng) else { return };
+        match reg {
+            Register::Engine { dir, reg: EngineReg::ChangeState } => e.change_state(&self.core, dir, value),
+            Register::Queue { dir, qid, reg: QueueReg::DrtpInc } => {
+                e.doorbell(&self.core, dir, qid as usize, DoorbellCount::from_bits(value).count())
             }
-            Target::Queue { eng, dir, qid, reg } => {
-                let Ok(e) = self.engine(eng) else { return };
-                let q = qid as usize;
-                if reg == regs::q::DRTP_INC {
-                    e.doorbell(&self.core, dir, q, value);
-                } else if reg == regs::q_sw_ctrl(dir) {
-                    e.sw_ctrl(&self.core, dir, q, value);
-                } else {
-                    let stored = lock(&e.regs).queues[q][dir_index(dir)].write_plain(dir, reg, value);
-                    if stored && reg == regs::q::CFG {
-                        e.wake_if_runnable(&self.core);
-                    }
+            Register::Queue { dir, qid, reg: QueueReg::QSwCtrl } => e.sw_ctrl(&self.core, dir, qid as usize, value),
+            reg => {
+                if lock(&e.regs).write_plain(reg, value) {
+                    e.wake_if_runnable(&self.core);
                 }
             }
         }

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+use udma::regs::{QueueReg, QueueSwCtrl};
 use udma::{regs, Desc, Direction};
 
 use crate::addr_map::Space;
@@ -46,6 +47,8 @@ struct Cursor {
     len: u32,
     head: u32,
     phase: u8,
+    /// TX: a DMB pauses the queue (its rate-limit mask unmasks `INTERNAL_PAUSE_DMB`).
+    dmb_pauses: bool,
 }
 
 impl Cursor {
@@ -71,7 +74,7 @@ struct Op {
     drain_before: bool,
     /// TX meta WRITE_BARRIER: posted writes (its own included) drain right after it.
     write_barrier: bool,
-    /// The fault plan dropped this pair's write (`PlannedFault::DropMarker`).
+    /// The fault plan dropped this pair's write (`PlannedFault::DropFinalWrite`).
     dropped: bool,
 }
 
@@ -169,6 +172,10 @@ impl Engine {
                     q.tail_phase = (q.tail_phase + 1) & udma::DMA_RING_ID_MASK;
                 }
                 q.pending += count;
+                if dir == Direction::Rx {
+                    // Under `regs`, before the engine can fetch this work: where the batch ends.
+                    dev.plan.on_rx_doorbell(self.id, qid as u32, (end - 1) % ring_len);
+                }
                 None
             }
         };
@@ -183,8 +190,9 @@ impl Engine {
 
     /// `q_sw_ctrl` write: `RST_Q` resets the queue synchronously (see the module doc).
     pub(crate) fn sw_ctrl(&self, dev: &DeviceCore, dir: Direction, qid: usize, value: u32) {
-        if value & regs::Q_SW_CTRL_RST_Q == 0 {
-            lock(&self.regs).queues[qid][dir_index(dir)].q_sw_ctrl = value;
+        let sw_ctrl = QueueSwCtrl::from_bits(value);
+        if !sw_ctrl.rst_q() {
+            lock(&self.regs).queues[qid][dir_index(dir)].set(QueueReg::QSwCtrl, value);
             return;
         }
         let mut exec = lock(&self.exec);
@@ -192,9 +200,10 @@ impl Engine {
         let mut r = lock(&self.regs);
         let d = dir_index(dir);
         r.queues[qid][d].reset_pointers();
-        r.queues[qid][d].q_sw_ctrl = value & !regs::Q_SW_CTRL_RST_Q;
+        r.queues[qid][d].set(QueueReg::QSwCtrl, sw_ctrl.with_rst_q(false).into_bits());
         r.queues[qid][1 - d].status = 0;
         r.pairs[qid] = PairState::default();
+        dev.plan.on_queue_reset(self.id, qid as u32);
     }
 
     /// `change_state` write.
@@ -304,6 +313,7 @@ impl Engine {
                 len: q.ring_len(),
                 head: q.head,
                 phase: q.head_phase,
+                dmb_pauses: q.dmb_pauses(),
             };
             // With a plan, one pair per batch: delays and corruption apply per descriptor.
             let budget = t.pending.min(x.pending).min(if plan_active { 1 } else { MAX_BATCH });
@@ -425,13 +435,12 @@ impl Engine {
         }
         let src = dev.map.decode(t.src, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: t.src, len: tl })?;
         let dst = dev.map.decode(r.dst, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: r.dst, len: tl })?;
-        let marker_shaped = tl == 4 && src.space == Space::Host && dst.space == Space::Host;
         Ok(Op {
             copy: Copy { src, dst, len: tl as usize },
             descs: 1,
-            drain_before: t.len_ctrl.dmb() || r.len_ctrl.sow(),
+            drain_before: (t.len_ctrl.dmb() && tx.dmb_pauses) || r.len_ctrl.sow(),
             write_barrier: t.meta_ctrl.write_barrier(),
-            dropped: marker_shaped && dev.plan.take_drop_marker(self.id, qid as u32),
+            dropped: dev.plan.take_dropped_write(self.id, qid as u32, rx.head),
         })
     }
 
@@ -467,7 +476,7 @@ impl Engine {
             }
             let start = Instant::now();
             if op.dropped {
-                tracing::debug!(engine = self.id, "marker write dropped by the fault plan");
+                tracing::debug!(engine = self.id, "final write of a batch dropped by the fault plan");
             } else if posts && op.copy.dst.space == Space::Hbm {
                 exec.posted.post(op.copy);
             } else {

@@ -71,15 +71,39 @@ pub enum EmuError {
 }
 
 impl EmuError {
-    /// The Linux errno a driver would report for this condition.
+    /// The negative Linux errno a driver would report for this condition (the sign every `errno()` of the
+    /// workspace uses).
     pub fn errno(&self) -> i32 {
-        match self {
+        -match self {
             EmuError::Map { .. } | EmuError::OutOfMemory { .. } => udma::errno::ENOMEM,
             EmuError::OutOfBounds { .. } => udma::errno::EFAULT,
             EmuError::InvalidAlloc { .. }
             | EmuError::BadFree { .. }
             | EmuError::InvalidConfig(_)
             | EmuError::NoSuchEngine { .. } => udma::errno::EINVAL,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errnos_are_negative_like_every_other_errno() {
+        let map = EmuError::Map { what: "HBM", len: 1, source: std::io::Error::from_raw_os_error(12) };
+        let oob = EmuError::OutOfBounds { what: "HBM", pa: 0, len: 1, base: 1, size: 1 };
+        let cases = [
+            (map, -12),
+            (EmuError::OutOfMemory { what: "HBM", len: 1, align: 64 }, -12),
+            (oob, -14),
+            (EmuError::InvalidAlloc { len: 0, align: 64 }, -22),
+            (EmuError::BadFree { what: "HBM", pa: 0, len: 1 }, -22),
+            (EmuError::InvalidConfig("no devices"), -22),
+            (EmuError::NoSuchEngine { engine: 40, num_engines: 34 }, -22),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.errno(), want, "{e}");
         }
     }
 }

@@ -112,7 +112,7 @@ pub struct DmaFault {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlannedFault {
     /// Queue pair `qid` of `engine` stops making progress the next time it has work: descriptors stay
-    /// pending, no marker lands, until `RST_Q` resets the queue. One-shot unless `persistent`.
+    /// pending, no write lands, until `RST_Q` resets the queue. One-shot unless `persistent`.
     Hang {
         /// Engine id.
         engine: u32,
@@ -135,10 +135,16 @@ pub enum PlannedFault {
         /// Sustained rate.
         bytes_per_sec: u64,
     },
-    /// The next completion-marker-shaped pair on queue `qid` of `engine` — a 4-byte copy from host memory to
-    /// host memory — executes (its slots are consumed) but its write is lost: the CPU never sees the marker.
-    /// One-shot; the queue is not halted and later batches complete normally.
-    DropMarker {
+    /// The final write of the next batch doorbelled on queue `qid` of `engine` is lost. The entry is armed by
+    /// the next RX doorbell the queue accepts: the engine records the last slot that doorbell hands over, and
+    /// when it executes the pair at that slot it consumes both descriptors but the write never lands — what
+    /// a lost posted write looks like. Everything before it lands; the queue is not halted and later
+    /// batches complete normally. An op layer puts its completion marker last in every batch, so this is
+    /// how a lost marker is injected, without the engine knowing what a marker looks like.
+    ///
+    /// One-shot: the entry stays in [`FaultPlan::entries`] until the write is dropped. A queue reset
+    /// (`RST_Q`) before that disarms it, and it waits for the next doorbell again.
+    DropFinalWrite {
         /// Engine id.
         engine: u32,
         /// Queue id.
@@ -213,6 +219,8 @@ struct PlanInner {
 struct Entry {
     fault: PlannedFault,
     seen: u64,
+    /// `DropFinalWrite` only: the RX slot whose pair's write is dropped, once a doorbell armed the entry.
+    armed_at: Option<u32>,
 }
 
 /// A corruption chosen for one fetched descriptor pair.
@@ -234,7 +242,7 @@ impl FaultPlan {
     /// Adds `fault` to the plan.
     pub fn add(&self, fault: PlannedFault) {
         let mut p = lock(&self.inner);
-        p.entries.push(Entry { fault, seen: 0 });
+        p.entries.push(Entry { fault, seen: 0, armed_at: None });
         // Relaxed is enough: the flag only lets the engine skip the lock; the entries themselves are read
         // under the mutex, which orders them.
         self.active.store(true, Ordering::Relaxed);
@@ -286,15 +294,44 @@ impl FaultPlan {
         }
     }
 
-    /// Whether the marker-shaped write about to execute on (`engine`, `qid`) is dropped; consumes the entry.
-    pub(crate) fn take_drop_marker(&self, engine: u32, qid: u32) -> bool {
+    fn is_drop_final_write(e: &Entry, engine: u32, qid: u32) -> bool {
+        matches!(e.fault, PlannedFault::DropFinalWrite { engine: en, qid: q } if en == engine && q == qid)
+    }
+
+    /// An RX doorbell on (`engine`, `qid`) was accepted and its last descriptor sits in RX slot `last_slot`:
+    /// arms the first `DropFinalWrite` entry of that queue not armed yet, if any.
+    pub(crate) fn on_rx_doorbell(&self, engine: u32, qid: u32, last_slot: u32) {
+        if !self.is_active() {
+            return;
+        }
+        let mut p = lock(&self.inner);
+        if let Some(e) =
+            p.entries.iter_mut().find(|e| Self::is_drop_final_write(e, engine, qid) && e.armed_at.is_none())
+        {
+            e.armed_at = Some(last_slot);
+        }
+    }
+
+    /// Queue `qid` of `engine` was reset (`RST_Q`): its slots start over, so an armed `DropFinalWrite` waits
+    /// for the next doorbell again.
+    pub(crate) fn on_queue_reset(&self, engine: u32, qid: u32) {
+        if !self.is_active() {
+            return;
+        }
+        for e in lock(&self.inner).entries.iter_mut().filter(|e| Self::is_drop_final_write(e, engine, qid)) {
+            e.armed_at = None;
+        }
+    }
+
+    /// Whether the write of the pair about to execute on (`engine`, `qid`), whose RX descriptor sits in
+    /// `rx_slot`, is dropped; consumes the entry that armed itself on that slot.
+    pub(crate) fn take_dropped_write(&self, engine: u32, qid: u32, rx_slot: u32) -> bool {
         if !self.is_active() {
             return false;
         }
         let mut p = lock(&self.inner);
-        let hit = p.entries.iter().position(
-            |e| matches!(e.fault, PlannedFault::DropMarker { engine: en, qid: q } if en == engine && q == qid),
-        );
+        let hit =
+            p.entries.iter().position(|e| Self::is_drop_final_write(e, engine, qid) && e.armed_at == Some(rx_slot));
         match hit {
             Some(i) => {
                 p.entries.remove(i);

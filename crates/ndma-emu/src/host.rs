@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use ndma::memory::RangeAllocator;
+use range_allocator::RangeAllocator;
 
 use crate::lock::lock;
 use crate::{EmuError, MemSpace};

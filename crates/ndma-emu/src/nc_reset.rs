@@ -103,18 +103,58 @@ impl NcResets {
         self.clock.get().is_some() && end <= start
     }
 
-    /// The NC that owns queue `qid` of engine `eng`, if any.
-    fn owner(&self, eng: u32, qid: u32) -> Option<u32> {
-        let dhal = ndma::dhal(self.arch);
-        let ncs = dhal.ncs_per_device();
-        if eng < 16 * ncs {
-            return Some(eng / 16);
-        }
-        (0..ncs).find(|&nc| dhal.h2t_eng_id(nc) == eng && dhal.h2t_def_qid(nc) == qid)
+    /// The V2 bug: does work handed to queue `qid` of engine `eng` now hang? Which NC owns the queue is a
+    /// fact of the device's topology ([`Arch::queue_owner`]).
+    pub(crate) fn hangs(&self, eng: u32, qid: u32) -> bool {
+        self.arch == Arch::V2 && self.arch.queue_owner(eng, qid).is_some_and(|nc| self.in_progress(nc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A hand-driven jiffies clock.
+    fn clock() -> (Arc<AtomicU64>, JiffiesClock) {
+        let now = Arc::new(AtomicU64::new(1000));
+        let c = Arc::clone(&now);
+        // Relaxed: the test thread is the only one reading or moving it.
+        (now, Arc::new(move || c.load(Ordering::Relaxed)))
     }
 
-    /// The V2 bug: does work handed to queue `qid` of engine `eng` now hang?
-    pub(crate) fn hangs(&self, eng: u32, qid: u32) -> bool {
-        self.arch == Arch::V2 && self.owner(eng, qid).is_some_and(|nc| self.in_progress(nc))
+    /// For every engine and queue of both arches, a reset of one NC hangs exactly the queues that NC owns,
+    /// and only on V2. The owners are the hardware topology's; this must agree with the op layer's DHAL,
+    /// which asks the same facts.
+    #[test]
+    fn a_reset_hangs_exactly_the_queues_its_nc_owns() {
+        for arch in Arch::ALL {
+            let dhal = ndma::dhal(arch);
+            for nc in 0..arch.ncs_per_device() {
+                assert_eq!(arch.queue_owner(dhal.h2t_eng_id(nc), dhal.h2t_def_qid(nc)), Some(nc), "{arch} nc {nc}");
+            }
+            for reset_nc in 0..arch.ncs_per_device() {
+                let (now, c) = clock();
+                let resets = NcResets::new(arch);
+                resets.set_clock(c);
+                for eng in 0..arch.num_engines() {
+                    for qid in 0..udma::DMA_MAX_Q {
+                        assert!(!resets.hangs(eng, qid), "{arch}: nothing hangs before a reset");
+                    }
+                }
+                assert!(resets.begin(reset_nc, 5));
+                for eng in 0..arch.num_engines() {
+                    for qid in 0..udma::DMA_MAX_Q {
+                        let owned = arch.queue_owner(eng, qid) == Some(reset_nc);
+                        let want = arch == Arch::V2 && owned;
+                        assert_eq!(resets.hangs(eng, qid), want, "{arch} reset of nc {reset_nc}: engine {eng} q {qid}");
+                    }
+                }
+                // Relaxed: see `clock`.
+                now.fetch_add(5, Ordering::Relaxed);
+                assert!(!resets.in_progress(reset_nc));
+                assert!((0..arch.num_engines()).all(|eng| !resets.hangs(eng, 0)), "{arch}: the reset is over");
+            }
+        }
     }
 }

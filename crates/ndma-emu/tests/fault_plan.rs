@@ -1,10 +1,10 @@
-//! Injected faults: hang, delay, bandwidth, descriptor corruption.
+//! Injected faults: hang, delay, bandwidth, descriptor corruption, a batch's final write dropped.
 
 mod common;
 
 use common::{config, poll, Rig, POLICIES};
 use ndma_emu::{CorruptField, CorruptOutcome, ExecPolicy, FaultKind, HostBuf, OrderingMode, PlannedFault};
-use udma::{Arch, Barrier, Direction, DmaMemory};
+use udma::{regs, Arch, Barrier, Direction, DmaMemory, Mmio};
 
 /// A host source filled with 0x3c and an HBM destination; returns the source buffer (keep it alive) and
 /// both device addresses.
@@ -136,15 +136,16 @@ fn dropped_marker_never_lands_but_the_queue_moves_on() {
     for exec in POLICIES {
         let mut rig = Rig::new(Arch::V2, exec, OrderingMode::Relaxed);
         let (_src, s, d) = small_copy(&mut rig, 8192);
-        rig.dev.fault_plan().add(PlannedFault::DropMarker { engine: rig.eng, qid: 0 });
+        rig.dev.fault_plan().add(PlannedFault::DropFinalWrite { engine: rig.eng, qid: 0 });
         let n = rig.stage(s, d, 8192, Barrier::WriteBarrier) + 1;
         rig.stage_marker();
         rig.q.copy_start(&*rig.dev, n, n).unwrap();
-        // The engine consumes every slot, data included, but the marker write is lost.
+        // The engine consumes every slot, data included, but the marker — the batch's final write — is lost.
         assert!(poll(|| rig.dev.pending(rig.eng, 0, Direction::Rx) == 0));
         assert!(poll(|| rig.dev.engine_stats(rig.eng).unwrap().descriptors == u64::from(n)));
         assert!(!rig.marker_landed());
         assert!(rig.dev.faults().is_empty());
+        assert!(!rig.dev.is_halted(rig.eng, 0));
         assert!(rig.dev.fault_plan().entries().is_empty());
         let mut got = vec![0; 8192];
         rig.dev.hbm_read(d, &mut got).unwrap();
@@ -153,4 +154,83 @@ fn dropped_marker_never_lands_but_the_queue_moves_on() {
         rig.q.ack(n);
         rig.copy(s, d, 8192, Barrier::WriteBarrier);
     }
+}
+
+/// Four data pairs, no marker: the last pair's destination keeps its old bytes, the three before it are
+/// copied, every slot is consumed. The engine drops by position in the doorbelled batch, not by the shape of
+/// a marker (a 64-byte host→HBM write here).
+#[test]
+fn the_final_write_of_a_batch_is_dropped_whatever_it_is() {
+    for exec in POLICIES {
+        for ordering in [OrderingMode::Strict, OrderingMode::Relaxed] {
+            let mut rig = Rig::new(Arch::V3, exec, ordering);
+            let src = rig.dev.host().alloc(4096, 4096).unwrap();
+            src.fill(0, 4096, 0x5e).unwrap();
+            let s = rig.host_addr(&src, 0);
+            let d = rig.dev.alloc_hbm(4096, 4096).unwrap().pa;
+            rig.dev.hbm_fill(d, 4096, 0xee).unwrap();
+            // A batch that ran before the entry was added is not touched: the entry waits for a doorbell.
+            rig.copy(s, d + 3 * 1024 + 512, 64, Barrier::WriteBarrier);
+            rig.dev.fault_plan().add(PlannedFault::DropFinalWrite { engine: rig.eng, qid: 0 });
+            assert_eq!(rig.dev.fault_plan().entries().len(), 1);
+            for i in 0..4u64 {
+                rig.q.copy_prepare_one(s + i * 64, d + i * 1024, 64, Barrier::None, false).unwrap();
+            }
+            rig.q.copy_start(&*rig.dev, 4, 4).unwrap();
+            assert!(poll(|| rig.dev.pending(rig.eng, 0, Direction::Rx) == 0));
+            // 2 pairs of the earlier batch (data + marker), then these 4.
+            assert!(poll(|| rig.dev.engine_stats(rig.eng).unwrap().descriptors == 6));
+            rig.dev.flush_posted_writes();
+            let mut got = vec![0; 4096];
+            rig.dev.hbm_read(d, &mut got).unwrap();
+            for i in 0..4 {
+                let window = &got[i * 1024..(i + 1) * 1024];
+                let want_copied = if i < 3 { 0x5e } else { 0xee };
+                assert!(window[..64].iter().all(|&b| b == want_copied), "{exec:?} {ordering:?}: pair {i}");
+                let rest = if i < 3 { &window[64..] } else { &window[64..512] };
+                assert!(rest.iter().all(|&b| b == 0xee), "{exec:?} {ordering:?}: past pair {i}");
+            }
+            assert!(got[3 * 1024 + 512..3 * 1024 + 576].iter().all(|&b| b == 0x5e), "the earlier batch landed");
+            assert!(got[3 * 1024 + 576..].iter().all(|&b| b == 0xee));
+            assert!(rig.dev.faults().is_empty());
+            assert!(rig.dev.fault_plan().entries().is_empty(), "one-shot");
+            // Slots consumed; the queue goes on, the next batch's final write lands.
+            rig.q.ack(4);
+            rig.copy(s, d + 3 * 1024, 64, Barrier::WriteBarrier);
+            rig.dev.hbm_read(d + 3 * 1024, &mut got[..64]).unwrap();
+            assert!(got[..64].iter().all(|&b| b == 0x5e));
+        }
+    }
+}
+
+/// A batch armed by one RX doorbell, then abandoned by a queue reset before it ran: the entry disarms, and
+/// the next batch after re-init is the one whose final write is lost.
+#[test]
+fn a_reset_disarms_the_drop_until_the_next_doorbell() {
+    let mut rig = Rig::new(Arch::V2, ExecPolicy::Inline, OrderingMode::Strict);
+    let (_src, s, d) = small_copy(&mut rig, 4096);
+    rig.dev.hbm_fill(d, 4096, 0xee).unwrap();
+    rig.dev.fault_plan().add(PlannedFault::DropFinalWrite { engine: rig.eng, qid: 0 });
+    // Hold the engine in DISABLE so the doorbelled batch waits.
+    rig.dev.write32(rig.base + regs::S2M_CHANGE_STATE, regs::CHANGE_STATE_DIS);
+    rig.q.copy_prepare_one(s, d, 4096, Barrier::None, false).unwrap();
+    rig.q.copy_prepare_one(s, d, 4096, Barrier::None, false).unwrap();
+    rig.q.copy_start(&*rig.dev, 2, 2).unwrap();
+    assert_eq!(rig.dev.pending(rig.eng, 0, Direction::Rx), 2);
+    rig.q.reinit(&*rig.dev);
+    rig.dev.write32(rig.base + regs::S2M_CHANGE_STATE, regs::CHANGE_STATE_NORMAL);
+    assert_eq!(rig.dev.engine_stats(rig.eng).unwrap().descriptors, 0, "the abandoned batch never ran");
+    // After re-init, slot 1 — where the abandoned batch ended — holds the middle pair of a three-pair batch:
+    // it must land; the batch's final pair (slot 2) is the one dropped.
+    for i in 0..3u64 {
+        rig.q.copy_prepare_one(s, d + i * 1024, 512, Barrier::None, false).unwrap();
+    }
+    rig.q.copy_start(&*rig.dev, 3, 3).unwrap();
+    let mut got = vec![0; 4096];
+    rig.dev.hbm_read(d, &mut got).unwrap();
+    for i in 0..3 {
+        let want = if i < 2 { 0x3c } else { 0xee };
+        assert!(got[i * 1024..i * 1024 + 512].iter().all(|&b| b == want), "pair {i}");
+    }
+    assert!(rig.dev.fault_plan().entries().is_empty());
 }

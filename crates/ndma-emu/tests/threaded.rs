@@ -8,7 +8,7 @@ use std::thread;
 
 use common::{config, pattern, poll, ring, Rig, MARKER};
 use ndma_emu::{EmuSystem, ExecPolicy, OrderingMode, PlannedFault};
-use udma::{Arch, Barrier, Direction, DmaMemory, M2mQueue, Udma};
+use udma::{Arch, Barrier, Direction, DmaMemory, Udma};
 
 #[test]
 fn queues_of_one_engine_run_concurrently_from_several_threads() {
@@ -16,14 +16,13 @@ fn queues_of_one_engine_run_concurrently_from_several_threads() {
         let sys = EmuSystem::new(config(arch, ExecPolicy::Threaded, OrderingMode::Relaxed)).unwrap();
         let dev = Arc::clone(sys.device(0));
         let eng = 5;
-        let base = arch.engine_base(eng).unwrap();
-        Udma::<ndma_emu::HostBuf>::new(base, 16).start(&*dev);
+        let engine = Udma::init(&*dev, arch, eng).unwrap();
         let phb = arch.pci_host_base();
         let workers: Vec<_> = (0..4u32)
             .map(|qid| {
                 let dev = Arc::clone(&dev);
                 thread::spawn(move || {
-                    let mut q = M2mQueue::init(&*dev, base, qid, 16, ring(&dev, 64), ring(&dev, 64), 64, None).unwrap();
+                    let mut q = engine.init_queue(&*dev, qid, ring(&dev, 64), ring(&dev, 64), 64).unwrap();
                     let src = dev.host().alloc(65536 * 2, 4096).unwrap();
                     let marker = dev.host().alloc(256, 256).unwrap();
                     let dst = dev.alloc_hbm(65536 * 2, 4096).unwrap();

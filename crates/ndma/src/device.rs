@@ -81,7 +81,8 @@ impl NeuronDevice {
         registry: Weak<Registry>,
     ) -> Result<Self> {
         let mmio: &dyn Mmio = &*hw.bar0;
-        let mut started = BTreeSet::new();
+        // Each H2T engine is brought up once, through the HAL, before the first of its queues.
+        let mut engines: Vec<udma::Udma> = Vec::new();
         let mut rings = Vec::new();
         for nc in 0..dhal.ncs_per_device() {
             if hw.nc_map & (1 << nc) == 0 {
@@ -89,12 +90,15 @@ impl NeuronDevice {
                 continue;
             }
             let eng = dhal.h2t_eng_id(nc);
-            if started.insert(eng) {
-                let base = dhal.engine_base(eng).ok_or(NdmaError::InvalidNc { nc, ncs: dhal.ncs_per_device() })?;
-                mmio.write32(base + udma::regs::M2S_CHANGE_STATE, udma::regs::CHANGE_STATE_NORMAL);
-                mmio.write32(base + udma::regs::S2M_CHANGE_STATE, udma::regs::CHANGE_STATE_NORMAL);
-            }
-            rings.push(Some(H2tRing::new(dhal, &*platform, mmio, nc)?));
+            let engine = match engines.iter().find(|e| e.id() == eng) {
+                Some(&e) => e,
+                None => {
+                    let e = udma::Udma::init(mmio, dhal.arch(), eng)?;
+                    engines.push(e);
+                    e
+                }
+            };
+            rings.push(Some(H2tRing::new(&engine, dhal, &*platform, mmio, nc)?));
         }
         let pool = MemPool::new(hw.hbm_base, hw.hbm_size, dhal.pci_host_base());
         let memset_mc = pool.alloc_host(&*platform, MEMSET_HOST_BUF_SIZE, 0)?;

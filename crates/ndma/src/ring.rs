@@ -62,15 +62,17 @@ pub(crate) struct H2tRing {
 
 impl H2tRing {
     /// `ndmar_h2t_ring_alloc` + `ndmar_h2t_ring_init`: allocate the TX and RX rings and the completion
-    /// buffer in host memory and bring the queue up.
-    pub(crate) fn new(dhal: &dyn Dhal, platform: &dyn Platform, mmio: &dyn Mmio, nc: u32) -> Result<Self> {
-        let eng_id = dhal.h2t_eng_id(nc);
+    /// buffer in host memory and bring NC `nc`'s default queue of `engine` (its H2T engine, already brought
+    /// up) up.
+    pub(crate) fn new(
+        engine: &udma::Udma,
+        dhal: &dyn Dhal,
+        platform: &dyn Platform,
+        mmio: &dyn Mmio,
+        nc: u32,
+    ) -> Result<Self> {
+        let eng_id = engine.id();
         let qid = dhal.h2t_def_qid(nc);
-        let base = dhal.engine_base(eng_id).ok_or(udma::UdmaError::InvalidQueue {
-            qid,
-            num_queues: 0,
-            errno: udma::errno::EINVAL,
-        })?;
         let ring_bytes = H2T_RING_SIZE as usize * core::mem::size_of::<udma::Desc>();
         let host = dhal.pci_host_base();
         let rx = platform.alloc_coherent(ring_bytes)?;
@@ -78,15 +80,12 @@ impl H2tRing {
         let completion = platform.alloc_coherent(H2T_COMPLETION_BUF_SIZE)?;
         let completion_dma = completion.phys_addr() | host;
         let (tx_dma, rx_dma) = (tx.phys_addr() | host, rx.phys_addr() | host);
-        let queue = M2mQueue::init(
+        let queue = engine.init_queue(
             mmio,
-            base,
             qid,
-            udma::DMA_MAX_Q,
             Ring { mem: HostRing(tx), dma_addr: tx_dma },
             Ring { mem: HostRing(rx), dma_addr: rx_dma },
             H2T_RING_SIZE,
-            None,
         )?;
         tracing::debug!(nc, eng_id, qid, "H2T ring initialised");
         Ok(H2tRing {

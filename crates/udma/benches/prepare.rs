@@ -10,26 +10,18 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use common::{ring, NoopMmio};
+use common::{d2h_engine, ring, NoopMmio};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use udma::{Barrier, M2mQueue};
+use udma::Barrier;
 
 /// `sync_threshold`: data descriptors per batch in `ndma_memcpy_chunks` (FACTS §3.1).
 const PAIRS: u32 = 2031;
 
 fn prepare(c: &mut Criterion) {
     let mmio = NoopMmio;
-    let mut q = M2mQueue::init(
-        &mmio,
-        0x3060_0000,
-        0,
-        16,
-        ring(8192, 0x1000_0010_0000),
-        ring(8192, 0x1000_0020_0000),
-        8192,
-        None,
-    )
-    .unwrap();
+    let mut q = d2h_engine(&mmio)
+        .init_queue(&mmio, 0, ring(8192, 0x1000_0010_0000), ring(8192, 0x1000_0020_0000), 8192)
+        .unwrap();
     let src = 0x1000_4000_0000u64;
     let dst = 0x0000_8000_0000u64;
 

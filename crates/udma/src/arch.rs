@@ -1,6 +1,18 @@
-//! Per-generation facts the HAL and a device model both need: where each engine's registers sit in BAR0
-//! and how a device address selects host memory (FACTS §4). The op layer's DHAL (`ndma::arch`) builds on
-//! these; everything about policy (barriers, wait budgets, retries) lives there, not here.
+//! Per-generation facts the HAL and a device model both need (FACTS §4): where each engine's registers sit
+//! in BAR0, how a device address selects host memory, and the topology — which NeuronCore owns which engine
+//! and queue. The op layer's DHAL (`ndma::arch`) builds on these; everything about policy (barriers, wait
+//! budgets, retries) lives there, not here.
+//!
+//! # Topology
+//!
+//! Each NC has [`ENGINES_PER_NC`] SENG engines of its own: engine `e < 16·NCs` belongs to NC `e / 16`, with
+//! all its queues. The remaining engines are the host-facing (D2H/H2D) ones, each hosting the default H2T
+//! queue of one or two NCs:
+//!
+//! | | V2 (2 NCs, 34 engines) | V3 (8 NCs, 132 engines) |
+//! |---|---|---|
+//! | H2T engine of NC `nc` | 32 (D2H) for NC 0, 33 (H2D) for NC 1 | `[128, 129, 130, 131][nc / 2]` |
+//! | default H2T queue | 0 | `nc % 2` (two NCs share an engine) |
 
 /// A Neuron device generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,6 +46,15 @@ const V3_SE_BASE: [u64; 4] = [0x8200_0000, 0x9400_0000, 0xA200_0000, 0xB400_0000
 const V3_SDMA_DIST: u64 = 0x10_0000;
 /// V3: IO engines 128..=131 (D2H_0, H2D_0, D2H_1, H2D_1).
 const V3_IO_BASE: [u64; 4] = [0x0680_0000, 0x0690_0000, 0x4680_0000, 0x4690_0000];
+
+/// SENG engines per NeuronCore (FACTS §4: "16 per NC").
+pub const ENGINES_PER_NC: u32 = 16;
+/// V2: the D2H engine, which hosts NC 0's H2T queue (`ndmar_get_h2t_eng_id`).
+const V2_D2H_ENGINE: u32 = 32;
+/// V2: the H2D engine, which hosts every other NC's H2T queue.
+const V2_H2D_ENGINE: u32 = 33;
+/// V3: the IO engines hosting H2T queues, indexed by `nc / 2` (each serves two NCs, one queue each).
+const V3_H2T_ENGINES: [u32; 4] = [128, 129, 130, 131];
 
 impl Arch {
     /// Every arch, in order.
@@ -74,6 +95,59 @@ impl Arch {
             Arch::V2 => 2,
             Arch::V3 => 8,
         }
+    }
+
+    /// SENG engines on the device (ids `0..seng_engines()`): [`ENGINES_PER_NC`] per NC.
+    pub const fn seng_engines(self) -> u32 {
+        ENGINES_PER_NC * self.ncs_per_device()
+    }
+
+    /// The NC whose SENG engine `eng` is (`eng / 16`); `None` for a host-facing engine or an id the arch
+    /// lacks.
+    pub const fn engine_nc(self, eng: u32) -> Option<u32> {
+        if eng < self.seng_engines() {
+            Some(eng / ENGINES_PER_NC)
+        } else {
+            None
+        }
+    }
+
+    /// `ndmar_get_h2t_eng_id`: the engine hosting NC `nc`'s host-to-tensor queue — V2: 32 (D2H) for NC 0,
+    /// 33 (H2D) for NC 1; V3: `[128, 129, 130, 131][nc / 2]`. `None` for an NC the device lacks.
+    pub const fn h2t_engine(self, nc: u32) -> Option<u32> {
+        if nc >= self.ncs_per_device() {
+            return None;
+        }
+        Some(match self {
+            Arch::V2 if nc == 0 => V2_D2H_ENGINE,
+            Arch::V2 => V2_H2D_ENGINE,
+            Arch::V3 => V3_H2T_ENGINES[(nc / 2) as usize],
+        })
+    }
+
+    /// `ndmar_get_h2t_def_qid`: NC `nc`'s default queue on its H2T engine — 0 on V2, `nc % 2` on V3 (an
+    /// engine serves two NCs). `None` for an NC the device lacks.
+    pub const fn h2t_default_qid(self, nc: u32) -> Option<u32> {
+        if nc >= self.ncs_per_device() {
+            return None;
+        }
+        Some(match self {
+            Arch::V2 => 0,
+            Arch::V3 => nc % 2,
+        })
+    }
+
+    /// The NC that owns queue `qid` of engine `eng`: every queue of a SENG engine belongs to that engine's
+    /// NC; on a host-facing engine only an NC's default H2T queue has a fixed owner. `None` for any other
+    /// queue (the driver hands those out at run time), a qid ≥ 16, or an engine the arch lacks.
+    pub fn queue_owner(self, eng: u32, qid: u32) -> Option<u32> {
+        if qid >= crate::DMA_MAX_Q {
+            return None;
+        }
+        if let Some(nc) = self.engine_nc(eng) {
+            return Some(nc);
+        }
+        (0..self.ncs_per_device()).find(|&nc| self.h2t_engine(nc) == Some(eng) && self.h2t_default_qid(nc) == Some(qid))
     }
 
     /// BAR0 offset of engine `eng`'s register block, or `None` for an id the arch does not have.
@@ -148,6 +222,54 @@ mod tests {
             for eng in 0..arch.num_engines() {
                 let base = arch.engine_base(eng).unwrap();
                 assert_eq!(arch.engine_at(base + 0x21038), Some((eng, 0x21038)));
+            }
+        }
+    }
+
+    #[test]
+    fn h2t_engines_and_default_queues_match_facts() {
+        assert_eq!([0, 1].map(|nc| Arch::V2.h2t_engine(nc)), [Some(32), Some(33)]);
+        assert_eq!([0, 1].map(|nc| Arch::V2.h2t_default_qid(nc)), [Some(0), Some(0)]);
+        let v3 = [0, 1, 2, 3, 4, 5, 6, 7].map(|nc| (Arch::V3.h2t_engine(nc), Arch::V3.h2t_default_qid(nc)));
+        let want = [(128, 0), (128, 1), (129, 0), (129, 1), (130, 0), (130, 1), (131, 0), (131, 1)];
+        assert_eq!(v3, want.map(|(e, q)| (Some(e), Some(q))));
+        for arch in Arch::ALL {
+            let ncs = arch.ncs_per_device();
+            for nc in [ncs, ncs + 1, u32::MAX] {
+                assert_eq!((arch.h2t_engine(nc), arch.h2t_default_qid(nc)), (None, None), "{arch} nc {nc}");
+            }
+        }
+    }
+
+    /// Every engine and queue of both arches against an owner table written out independently of the
+    /// functions under test.
+    #[test]
+    fn queue_owners_cover_every_engine_and_queue() {
+        fn expected(arch: Arch, eng: u32, qid: u32) -> Option<u32> {
+            match (arch, eng, qid) {
+                (_, _, 16..) => None,
+                (Arch::V2, 0..=15, _) => Some(0),
+                (Arch::V2, 16..=31, _) => Some(1),
+                (Arch::V2, 32, 0) => Some(0),
+                (Arch::V2, 33, 0) => Some(1),
+                (Arch::V3, 0..=127, _) => Some(eng / 16),
+                (Arch::V3, 128..=131, 0 | 1) => Some((eng - 128) * 2 + qid),
+                _ => None,
+            }
+        }
+        for arch in Arch::ALL {
+            for eng in 0..arch.num_engines() + 2 {
+                for qid in 0..18 {
+                    assert_eq!(arch.queue_owner(eng, qid), expected(arch, eng, qid), "{arch} engine {eng} queue {qid}");
+                }
+                let seng = eng < arch.seng_engines();
+                assert_eq!(arch.engine_nc(eng), seng.then_some(eng / 16), "{arch} engine {eng}");
+            }
+            // Every NC owns its H2T queue, and that queue sits on an engine the arch has.
+            for nc in 0..arch.ncs_per_device() {
+                let (eng, qid) = (arch.h2t_engine(nc).unwrap(), arch.h2t_default_qid(nc).unwrap());
+                assert!(arch.engine_base(eng).is_some());
+                assert_eq!(arch.queue_owner(eng, qid), Some(nc));
             }
         }
     }

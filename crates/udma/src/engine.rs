@@ -1,6 +1,7 @@
 //! M2M queue pairs and the per-engine facade (`udma_m2m.c`, FACTS §1.5, §2.2, §2.4).
 
-use crate::{regs, Barrier, Desc, Direction, DmaMemory, Mmio, Queue, UdmaError};
+use crate::regs::{ChangeState, EngineReg, UdmaState};
+use crate::{regs, Arch, Barrier, Desc, Direction, DmaMemory, Mmio, Queue, UdmaError};
 
 /// A descriptor ring handed to queue init: its memory and the device address programmed into `drbp`
 /// (for a host ring, the host PA with the arch's `pci_host_base` OR-ed in).
@@ -19,47 +20,22 @@ pub struct M2mQueue<R> {
 }
 
 impl<R: DmaMemory> M2mQueue<R> {
-    /// `udma_m2m_init_queue`: validates both rings, then (re)programs both queues' registers and resets the
-    /// software cursors. `completion` must be `None`: M2M queues have no completion ring.
-    ///
-    /// # Errors
-    ///
-    /// All `-EINVAL`: [`UdmaError::InvalidQueue`] for qid ≥ `num_queues`, [`UdmaError::InvalidQueueSize`],
-    /// [`UdmaError::MisalignedRing`], [`UdmaError::RingMemoryTooSmall`],
-    /// [`UdmaError::CompletionRingUnsupported`]. Nothing is written to hardware on error.
-    #[allow(clippy::too_many_arguments)]
-    pub fn init<M: Mmio + ?Sized>(
+    /// `udma_m2m_init_queue` on `engine`: validates both rings, then (re)programs both queues' registers and
+    /// resets the software cursors. Reached through [`Udma::init_queue`].
+    fn init<M: Mmio + ?Sized>(
         mmio: &M,
-        engine_base: u64,
+        engine: &Udma,
         qid: u32,
-        num_queues: u32,
         tx: Ring<R>,
         rx: Ring<R>,
         size: u32,
-        completion: Option<Ring<R>>,
     ) -> Result<Self, UdmaError> {
-        if qid >= num_queues {
-            return Err(UdmaError::InvalidQueue { qid, num_queues, errno: crate::errno::EINVAL });
+        if qid >= engine.num_queues() {
+            return Err(UdmaError::InvalidQueue { qid, num_queues: engine.num_queues() });
         }
-        if completion.is_some() {
-            return Err(UdmaError::CompletionRingUnsupported);
-        }
-        let tx = Queue::new(
-            regs::queue_base(engine_base, Direction::Tx, qid),
-            Direction::Tx,
-            qid,
-            tx.mem,
-            tx.dma_addr,
-            size,
-        )?;
-        let rx = Queue::new(
-            regs::queue_base(engine_base, Direction::Rx, qid),
-            Direction::Rx,
-            qid,
-            rx.mem,
-            rx.dma_addr,
-            size,
-        )?;
+        let base = engine.base();
+        let tx = Queue::new(regs::queue_base(base, Direction::Tx, qid), Direction::Tx, qid, tx.mem, tx.dma_addr, size)?;
+        let rx = Queue::new(regs::queue_base(base, Direction::Rx, qid), Direction::Rx, qid, rx.mem, rx.dma_addr, size)?;
         let mut q = M2mQueue { qid, tx, rx };
         q.reinit(mmio);
         Ok(q)
@@ -153,102 +129,98 @@ impl<R: DmaMemory> M2mQueue<R> {
     }
 }
 
-/// One UDMA engine seen as the driver's `struct udma`: a BAR0 base and up to 16 queue pairs indexed by qid.
-pub struct Udma<R> {
+/// One UDMA engine, brought up: the driver's `struct udma` after `udma_init` + `udma_m2m_init_engine`
+/// (FACTS §2.4). [`Udma::init`] is the one way to bring an engine up and [`Udma::init_queue`] the one way to
+/// bring one of its queue pairs up; the op layer and every test go through them.
+///
+/// What engine init programs, and what it cannot:
+/// - the state machine of both directions to NORMAL (`udma_state_set`: `change_state` NORMAL, M2S then S2M);
+/// - `rev_id` = 4, `num_of_queues_max` = 16 and the queue handles are software state: [`Udma::num_queues`];
+/// - FACTS give values but **no register** for the rest, so it is left out rather than written to an
+///   invented offset: `cfg_1c` = (1 << 12) | (16 >> 2); at most 65 descriptors per packet
+///   (`ALLOWED_DESC_PER_PACKET` + 1); prefetch minimum and maximum burst 8 (the V3 DGE workaround);
+///   `disable_phase_bit` = 0; on V3, ring-id errors masked on SENG engines (ids < 128). `cfg_len` (M2S
+///   +0x254) has an offset but no value in FACTS, so it keeps its reset value.
+///
+/// ```
+/// # use udma::{Arch, Mmio, Udma, UdmaError, UdmaState, Direction};
+/// # use std::{collections::HashMap, sync::Mutex};
+/// # #[derive(Default)] struct Regs(Mutex<HashMap<u64, u32>>);
+/// # impl Mmio for Regs {
+/// #     fn read32(&self, o: u64) -> u32 { self.0.lock().unwrap().get(&o).copied().unwrap_or(0) }
+/// #     fn write32(&self, o: u64, v: u32) { self.0.lock().unwrap().insert(o, v); }
+/// # }
+/// let bar0 = Regs::default();
+/// let engine = Udma::init(&bar0, Arch::V2, 32)?; // the D2H engine
+/// assert_eq!(engine.base(), 0x3060_0000);
+/// assert_eq!(bar0.read32(engine.base() + 0x204), 1, "change_state NORMAL");
+/// assert_eq!(Udma::init(&bar0, Arch::V2, 34).unwrap_err(), UdmaError::NoSuchEngine { engine: 34, num_engines: 34 });
+/// # Ok::<(), UdmaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Udma {
+    arch: Arch,
+    id: u32,
     base: u64,
-    num_queues: u32,
-    queues: [Option<M2mQueue<R>>; crate::DMA_MAX_Q as usize],
 }
 
-impl<R: DmaMemory> Udma<R> {
-    /// An engine at BAR0 offset `base` with `num_queues` (≤ 16) queues, none initialised.
-    pub fn new(base: u64, num_queues: u32) -> Self {
-        Udma { base, num_queues: num_queues.min(crate::DMA_MAX_Q), queues: Default::default() }
-    }
-
-    /// Puts both directions of the engine in NORMAL state (`udma_state_set`).
-    pub fn start<M: Mmio + ?Sized>(&self, mmio: &M) {
-        mmio.write32(self.base + regs::M2S_CHANGE_STATE, regs::CHANGE_STATE_NORMAL);
-        mmio.write32(self.base + regs::S2M_CHANGE_STATE, regs::CHANGE_STATE_NORMAL);
-    }
-
-    /// Initialises queue pair `qid` (see [`M2mQueue::init`]), replacing any previous one.
+impl Udma {
+    /// Brings engine `eng` of an `arch` device up (see the type's documentation for what is programmed).
     ///
     /// # Errors
     ///
-    /// As [`M2mQueue::init`].
-    pub fn init_queue<M: Mmio + ?Sized>(
-        &mut self,
+    /// [`UdmaError::NoSuchEngine`] (`-ENOENT`) for an engine id the arch does not have; nothing is written.
+    pub fn init<M: Mmio + ?Sized>(mmio: &M, arch: Arch, eng: u32) -> Result<Udma, UdmaError> {
+        let base =
+            arch.engine_base(eng).ok_or(UdmaError::NoSuchEngine { engine: eng, num_engines: arch.num_engines() })?;
+        let normal = ChangeState::new().with_normal(true).into_bits();
+        for change_state in [regs::M2S_CHANGE_STATE, regs::S2M_CHANGE_STATE] {
+            mmio.write32(base + change_state, normal);
+        }
+        Ok(Udma { arch, id: eng, base })
+    }
+
+    /// Brings queue pair `qid` of this engine up (`udma_m2m_init_queue`, FACTS §2.4): validates both rings,
+    /// then for TX and then RX programs the rate-limit mask (TX only), pause + `RST_Q`, ring base and length,
+    /// `comp_cfg` = 0 and enable, and starts the software cursors at 0 with phase 1. An M2M queue has no
+    /// completion ring (the driver refuses one), so there is no parameter for it.
+    ///
+    /// # Errors
+    ///
+    /// All `-EINVAL`: [`UdmaError::InvalidQueue`] for qid ≥ [`Udma::num_queues`],
+    /// [`UdmaError::InvalidQueueSize`], [`UdmaError::MisalignedRing`], [`UdmaError::RingMemoryTooSmall`].
+    /// Nothing is written to hardware on error.
+    pub fn init_queue<R: DmaMemory, M: Mmio + ?Sized>(
+        &self,
         mmio: &M,
         qid: u32,
         tx: Ring<R>,
         rx: Ring<R>,
         size: u32,
-    ) -> Result<&mut M2mQueue<R>, UdmaError> {
-        let q = M2mQueue::init(mmio, self.base, qid, self.num_queues, tx, rx, size, None)?;
-        Ok(self.queues[qid as usize].insert(q))
+    ) -> Result<M2mQueue<R>, UdmaError> {
+        M2mQueue::init(mmio, self, qid, tx, rx, size)
     }
 
-    fn pair(&self, qid: u32) -> Result<&M2mQueue<R>, UdmaError> {
-        if qid >= self.num_queues {
-            return Err(UdmaError::InvalidQueue { qid, num_queues: self.num_queues, errno: crate::errno::EPERM });
-        }
-        self.queues[qid as usize].as_ref().ok_or(UdmaError::QueueNotInitialised { qid })
+    /// `udma_state_get`: the state of direction `dir`, or `None` for a value that names no state.
+    pub fn state<M: Mmio + ?Sized>(&self, mmio: &M, dir: Direction) -> Option<UdmaState> {
+        let off = EngineReg::State.offset(dir)?;
+        UdmaState::from_bits(mmio.read32(self.base + off))
     }
 
-    /// [`M2mQueue::copy_prepare_one`] on queue `qid`.
-    ///
-    /// # Errors
-    ///
-    /// [`UdmaError::InvalidQueue`] (`-1`) for qid ≥ the engine's queues, [`UdmaError::QueueNotInitialised`],
-    /// or the pair's own errors.
-    pub fn copy_prepare_one(
-        &mut self,
-        qid: u32,
-        src: u64,
-        dst: u64,
-        size: u32,
-        barrier: Barrier,
-        set_int: bool,
-    ) -> Result<(), UdmaError> {
-        self.pair(qid)?;
-        match self.queues[qid as usize].as_mut() {
-            Some(q) => q.copy_prepare_one(src, dst, size, barrier, set_int),
-            None => Err(UdmaError::QueueNotInitialised { qid }),
-        }
+    /// The device generation.
+    pub fn arch(&self) -> Arch {
+        self.arch
     }
-
-    /// [`M2mQueue::copy_start`] on queue `qid`.
-    ///
-    /// # Errors
-    ///
-    /// [`UdmaError::InvalidQueue`] (`-1`), [`UdmaError::QueueNotInitialised`], or the pair's own errors.
-    pub fn copy_start<M: Mmio + ?Sized>(&self, mmio: &M, qid: u32, m2s: u32, s2m: u32) -> Result<(), UdmaError> {
-        self.pair(qid)?.copy_start(mmio, m2s, s2m)
+    /// Engine id.
+    pub fn id(&self) -> u32 {
+        self.id
     }
-
-    /// [`M2mQueue::ack`] on queue `qid`.
-    ///
-    /// # Errors
-    ///
-    /// [`UdmaError::InvalidQueue`] (`-1`) or [`UdmaError::QueueNotInitialised`].
-    pub fn ack(&self, qid: u32, num: u32) -> Result<(), UdmaError> {
-        self.pair(qid)?.ack(num);
-        Ok(())
-    }
-
-    /// Queue pair `qid`, if initialised.
-    pub fn queue(&self, qid: u32) -> Option<&M2mQueue<R>> {
-        self.queues.get(qid as usize)?.as_ref()
-    }
-
-    /// Queue pair `qid`, mutably, if initialised.
-    pub fn queue_mut(&mut self, qid: u32) -> Option<&mut M2mQueue<R>> {
-        self.queues.get_mut(qid as usize)?.as_mut()
-    }
-
-    /// BAR0 offset of the engine.
+    /// BAR0 offset of the engine's register block.
     pub fn base(&self) -> u64 {
         self.base
+    }
+    /// Queue pairs the engine has (`num_of_queues_max`, `DMA_MAX_Q`).
+    pub fn num_queues(&self) -> u32 {
+        crate::DMA_MAX_Q
     }
 }

@@ -25,21 +25,22 @@ pub mod errno {
 /// Everything a HAL entry point can refuse. [`UdmaError::errno`] gives the value the C HAL returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum UdmaError {
-    /// qid ≥ the engine's number of queues (`-1` from prepare/start, `-EINVAL` from queue init).
+    /// An engine id the device's arch does not have (`-ENOENT`, as the driver answers for a missing engine,
+    /// FACTS §3.4).
+    #[error("engine {engine} does not exist (the device has {num_engines})")]
+    NoSuchEngine {
+        /// The rejected engine id.
+        engine: u32,
+        /// Engines on the device.
+        num_engines: u32,
+    },
+    /// qid ≥ the engine's number of queues at queue init (`-EINVAL`).
     #[error("queue id {qid} is out of range: the engine has {num_queues} queues")]
     InvalidQueue {
         /// The rejected queue id.
         qid: u32,
         /// Queues on the engine.
         num_queues: u32,
-        /// The errno the driver returns for this call site.
-        errno: i32,
-    },
-    /// The queue id names a queue that was never initialised.
-    #[error("queue {qid} is not initialised")]
-    QueueNotInitialised {
-        /// The queue id.
-        qid: u32,
     },
     /// A descriptor length above `MAX_DMA_DESC_SIZE` (`-1`) or of zero bytes (which the hardware would read
     /// as 64 KiB; the C HAL accepts it, we refuse it).
@@ -87,9 +88,6 @@ pub enum UdmaError {
         /// Descriptors requested.
         size: u32,
     },
-    /// A completion ring was supplied; M2M queues have none (`-EINVAL`, "Completion ring not supported").
-    #[error("completion ring not supported on M2M queues")]
-    CompletionRingUnsupported,
     /// An access outside a [`crate::DmaMemory`] region (`-EINVAL`).
     #[error("access of {len} bytes at offset {offset:#x} is outside a region of {size} bytes")]
     OutOfBounds {
@@ -106,15 +104,14 @@ impl UdmaError {
     /// The negative errno the driver returns for this failure (`-1` where the driver returns a bare -1).
     pub fn errno(&self) -> i32 {
         match self {
-            UdmaError::InvalidQueue { errno, .. } => -errno,
+            UdmaError::NoSuchEngine { .. } => -errno::ENOENT,
             UdmaError::InvalidLength { .. } | UdmaError::InvalidDoorbellCount { .. } => -errno::EPERM,
             UdmaError::RingFull { .. } => -errno::ENOMEM,
-            UdmaError::QueueNotInitialised { .. }
+            UdmaError::InvalidQueue { .. }
             | UdmaError::InvalidBarrier(_)
             | UdmaError::InvalidQueueSize { .. }
             | UdmaError::MisalignedRing { .. }
             | UdmaError::RingMemoryTooSmall { .. }
-            | UdmaError::CompletionRingUnsupported
             | UdmaError::OutOfBounds { .. } => -errno::EINVAL,
         }
     }

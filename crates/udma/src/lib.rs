@@ -6,8 +6,10 @@
 //! - the per-queue software state ([`Queue`]): producer cursor, phase (ring id), the lock-free completion
 //!   counter and the `available` arithmetic;
 //! - the M2M pair operations ([`M2mQueue::copy_prepare_one`], [`M2mQueue::copy_start`],
-//!   [`M2mQueue::ack`]) and the engine facade [`Udma`] that indexes them by qid as the driver does;
-//! - the register map ([`regs`]) and queue bring-up ([`M2mQueue::init`]).
+//!   [`M2mQueue::ack`]);
+//! - engine and queue bring-up, one way for everyone: [`Udma::init`], then [`Udma::init_queue`];
+//! - the register map, declared once for the HAL and a device model ([`regs`]), and the per-generation
+//!   facts both need — BAR0 layout, host addressing, which NC owns which engine and queue ([`arch`]).
 //!
 //! Hardware is reached only through two traits: [`Mmio`] (32-bit BAR0 register access) and [`DmaMemory`]
 //! (device-visible memory the CPU can read and write). Facts come from `spec/FACTS.md` §1–§2.
@@ -31,6 +33,7 @@ pub use error::{errno, UdmaError};
 pub use memory::DmaMemory;
 pub use mmio::Mmio;
 pub use queue::{CompletionCounter, Direction, Queue, QueueStatus};
+pub use regs::UdmaState;
 
 /// Largest byte count one descriptor can carry (`MAX_DMA_DESC_SIZE`); the 16-bit length field writes it as 0.
 pub const MAX_DMA_DESC_SIZE: u32 = 65536;

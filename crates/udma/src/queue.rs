@@ -8,6 +8,7 @@
 
 use core::sync::atomic::{fence, Ordering};
 
+use crate::regs::{DoorbellCount, QueueCfg, QueueSwCtrl, RateLimitMask, RingLength};
 use crate::sync::{spin_loop, AtomicU32};
 use crate::{regs, Desc, DmaMemory, Mmio, UdmaError, UDMA_INITIAL_RING_ID, UDMA_MAX_NUM_CDESC_PER_CACHE_LINE};
 
@@ -143,19 +144,18 @@ impl<R: DmaMemory> Queue<R> {
         self.status = QueueStatus::Disabled;
         let r = self.regs;
         if self.dir == Direction::Tx {
-            mmio.write32(
-                r + regs::q::M2S_RLIMIT_MASK,
-                regs::RLIMIT_MASK_RESET_VALUE & !regs::RLIMIT_INTERNAL_PAUSE_DMB,
-            );
+            // Unmask the DMB pause source ("enable DMB"); the others stay as out of reset.
+            let mask = RateLimitMask::from_bits(regs::RLIMIT_MASK_RESET_VALUE).with_internal_pause_dmb(false);
+            mmio.write32(r + regs::q::M2S_RLIMIT_MASK, mask.into_bits());
         }
-        // udma_q_reset: pause (clear the enable bits), then reset the queue pointers.
-        let cfg = mmio.read32(r + regs::q::CFG);
-        mmio.write32(r + regs::q::CFG, cfg & !(regs::Q_CFG_EN_PREF | regs::Q_CFG_EN_SCHEDULING));
-        mmio.write32(r + regs::q_sw_ctrl(self.dir), regs::Q_SW_CTRL_RST_Q);
+        // udma_q_reset: pause (clear the enable bits, keep the rest as read), then reset the queue pointers.
+        let cfg = QueueCfg::from_bits(mmio.read32(r + regs::q::CFG));
+        mmio.write32(r + regs::q::CFG, cfg.with_en_pref(false).with_en_scheduling(false).into_bits());
+        mmio.write32(r + regs::q_sw_ctrl(self.dir), QueueSwCtrl::new().with_rst_q(true).into_bits());
         // udma_q_set_pointers: base, length; no completion ring so comp_cfg is 0.
         mmio.write32(r + regs::q::DRBP_LOW, (self.dma_addr as u32) & regs::DRBP_LOW_MASK);
         mmio.write32(r + regs::q::DRBP_HIGH, (self.dma_addr >> 32) as u32);
-        mmio.write32(r + regs::q::DRL, self.size & regs::PTR_OFFSET_MASK);
+        mmio.write32(r + regs::q::DRL, RingLength::new().with_descs(self.size).into_bits());
         mmio.write32(r + regs::comp_cfg(self.dir), 0);
         // udma_q_enable.
         mmio.write32(r + regs::q::CFG, regs::Q_CFG_ENABLED);
@@ -218,7 +218,7 @@ impl<R: DmaMemory> Queue<R> {
         // Orders every descriptor store into the ring before the doorbell write that publishes them (the
         // driver's mb()); the engine pairs it with an acquire when it takes the doorbell.
         fence(Ordering::Release);
-        mmio.write32(self.regs + regs::q::DRTP_INC, num);
+        mmio.write32(self.regs + regs::q::DRTP_INC, DoorbellCount::new().with_count(num).into_bits());
         Ok(())
     }
 

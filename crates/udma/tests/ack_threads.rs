@@ -6,8 +6,8 @@ mod common;
 
 use std::sync::Barrier as StartLine;
 
-use common::{ring, NoopMmio};
-use udma::{Barrier, CompletionCounter, M2mQueue};
+use common::{d2h_engine, ring, NoopMmio};
+use udma::{Barrier, CompletionCounter};
 
 #[test]
 fn four_threads_ten_thousand_acks_of_one() {
@@ -50,8 +50,7 @@ fn threads_acking_different_amounts_on_a_small_ring() {
 #[test]
 fn concurrent_pair_acks_free_every_slot() {
     let mmio = NoopMmio;
-    let mut q =
-        M2mQueue::init(&mmio, 0x3060_0000, 0, 16, ring(8192, 0x10_0000), ring(8192, 0x20_0000), 8192, None).unwrap();
+    let mut q = d2h_engine(&mmio).init_queue(&mmio, 0, ring(8192, 0x10_0000), ring(8192, 0x20_0000), 8192).unwrap();
     for i in 0..8000u64 {
         q.copy_prepare_one(i << 16, i << 17, 65536, Barrier::None, false).unwrap();
     }

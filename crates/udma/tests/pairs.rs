@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{ring, RecordingMmio, VecRing};
-use udma::{Barrier, Desc, Direction, DmaMemory, M2mQueue, Udma, UdmaError};
+use common::{d2h_engine, ring, RecordingMmio, VecRing};
+use udma::{Barrier, Desc, Direction, DmaMemory, M2mQueue, UdmaError};
 
 const ENGINE: u64 = 0x3060_0000;
 const QID: u32 = 3;
@@ -16,7 +16,7 @@ const RXQ: u64 = 0x3062_4000;
 const DRTP_INC: u64 = 0x38;
 
 fn pair(mmio: &RecordingMmio, size: u32) -> M2mQueue<VecRing> {
-    let q = M2mQueue::init(mmio, ENGINE, QID, 16, ring(size, 0x10_0000), ring(size, 0x20_0000), size, None).unwrap();
+    let q = d2h_engine(mmio).init_queue(mmio, QID, ring(size, 0x10_0000), ring(size, 0x20_0000), size).unwrap();
     mmio.take_writes();
     q
 }
@@ -134,38 +134,29 @@ fn full_ring_is_enomem_and_nothing_is_written() {
 }
 
 #[test]
-fn udma_facade_refuses_bad_qids() {
+fn pairs_of_one_engine_use_their_own_rings_and_doorbells() {
     let mmio = RecordingMmio::new();
-    let mut udma = Udma::<VecRing>::new(ENGINE, 16);
-    udma.init_queue(&mmio, QID, ring(64, 0x10_0000), ring(64, 0x20_0000), 64).unwrap();
+    let engine = d2h_engine(&mmio);
+    let mut a = engine.init_queue(&mmio, QID, ring(64, 0x10_0000), ring(64, 0x20_0000), 64).unwrap();
+    let mut b = engine.init_queue(&mmio, 5, ring(64, 0x30_0000), ring(64, 0x40_0000), 64).unwrap();
     mmio.take_writes();
-    for qid in [16, 17, u32::MAX] {
-        let err = udma.copy_prepare_one(qid, 0x1000, 0x2000, 64, Barrier::None, false).unwrap_err();
-        assert_eq!(err, UdmaError::InvalidQueue { qid, num_queues: 16, errno: 1 });
-        assert_eq!(err.errno(), -1);
-        assert_eq!(udma.copy_start(&mmio, qid, 1, 1).unwrap_err().errno(), -1);
-        assert_eq!(udma.ack(qid, 1).unwrap_err().errno(), -1);
-    }
-    let err = udma.copy_prepare_one(4, 0x1000, 0x2000, 64, Barrier::None, false).unwrap_err();
-    assert_eq!(err, UdmaError::QueueNotInitialised { qid: 4 });
-    assert_eq!(err.errno(), -22);
-    assert_eq!(udma.copy_start(&mmio, 4, 1, 1), Err(UdmaError::QueueNotInitialised { qid: 4 }));
-    assert_eq!(mmio.writes(), vec![]);
-
-    // The good qid goes through to the pair.
-    udma.copy_prepare_one(QID, 0x1000, 0x2000, 64, Barrier::None, false).unwrap();
-    udma.copy_start(&mmio, QID, 1, 1).unwrap();
-    assert_eq!(mmio.take_writes(), vec![(RXQ + DRTP_INC, 1), (TXQ + DRTP_INC, 1)]);
-    udma.ack(QID, 1).unwrap();
-    let q = udma.queue(QID).unwrap();
-    assert_eq!(q.tx().read_desc(0), Desc::from_words(0x0D00_0040, 0x0108_0003, 0x1000));
-    assert_eq!(q.available(), 48);
-    assert_eq!(q.rx().next_cdesc_idx(), 1);
-
-    // A smaller engine: qid 2 of 2 is out of range with -1.
-    let mut small = Udma::<VecRing>::new(ENGINE, 2);
-    let err = small.copy_prepare_one(2, 0, 0, 1, Barrier::None, false).unwrap_err();
-    assert_eq!(err, UdmaError::InvalidQueue { qid: 2, num_queues: 2, errno: 1 });
+    a.copy_prepare_one(0x1000, 0x2000, 64, Barrier::None, false).unwrap();
+    b.copy_prepare_one(0x3000, 0x4000, 128, Barrier::None, false).unwrap();
+    b.copy_prepare_one(0x5000, 0x6000, 256, Barrier::None, false).unwrap();
+    a.copy_start(&mmio, 1, 1).unwrap();
+    b.copy_start(&mmio, 2, 2).unwrap();
+    // Queue 5's blocks: M2S at engine + 0x1000 + 5·0x1000, S2M at engine + 0x21000 + 5·0x1000.
+    let (txq5, rxq5) = (ENGINE + 0x6000, ENGINE + 0x2_6000);
+    assert_eq!(
+        mmio.take_writes(),
+        vec![(RXQ + DRTP_INC, 1), (TXQ + DRTP_INC, 1), (rxq5 + DRTP_INC, 2), (txq5 + DRTP_INC, 2)]
+    );
+    assert_eq!(a.tx().read_desc(0), Desc::from_words(0x0D00_0040, 0x0108_0003, 0x1000));
+    assert_eq!(b.tx().read_desc(1), Desc::from_words(0x0D00_0100, 0x0108_0003, 0x5000));
+    assert_eq!(b.rx().read_desc(0), Desc::from_words(0x0100_0080, 0, 0x4000));
+    a.ack(1);
+    assert_eq!((a.available(), a.rx().next_cdesc_idx()), (48, 1));
+    assert_eq!((b.available(), b.rx().next_cdesc_idx()), (46, 0), "an ack on one pair frees nothing on another");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ring, NoopMmio, VecRing};
+use common::{d2h_engine, ring, NoopMmio, VecRing};
 use proptest::prelude::*;
 use udma::{Barrier, Desc, M2mQueue};
 
@@ -26,7 +26,7 @@ fn size() -> impl Strategy<Value = u32> {
 }
 
 fn pair(size: u32) -> M2mQueue<VecRing> {
-    M2mQueue::init(&NoopMmio, 0x3060_0000, 7, 16, ring(size, 0x10_0000), ring(size, 0x20_0000), size, None).unwrap()
+    d2h_engine(&NoopMmio).init_queue(&NoopMmio, 7, ring(size, 0x10_0000), ring(size, 0x20_0000), size).unwrap()
 }
 
 /// What the model says about the ring after `staged` pairs were staged and `acked` acked in total.

@@ -1,5 +1,5 @@
-//! A HAL-only rig: one emulated device, one engine started, one M2M queue pair initialised through
-//! `udma::M2mQueue::init` with rings in emulated host DRAM, and helpers that stage a batch, append the
+//! A HAL-only rig: one emulated device, one engine brought up and one M2M queue pair initialised through
+//! the HAL's one entry (`udma::Udma::init`, `Udma::init_queue`) with rings in emulated host DRAM, and helpers that stage a batch, append the
 //! 4-byte completion marker, ring the doorbells, poll the marker with Acquire loads and ack.
 #![allow(dead_code)]
 
@@ -51,10 +51,10 @@ impl Rig {
         let arch = cfg.arch;
         let sys = EmuSystem::new(cfg).expect("system");
         let dev = Arc::clone(sys.device(0));
-        let base = arch.engine_base(eng).expect("engine");
-        Udma::<HostBuf>::new(base, 16).start(&*dev);
-        let q = M2mQueue::init(&*dev, base, qid, 16, ring(&dev, ring_size), ring(&dev, ring_size), ring_size, None)
-            .expect("queue init");
+        let engine = Udma::init(&*dev, arch, eng).expect("engine");
+        let base = engine.base();
+        let q =
+            engine.init_queue(&*dev, qid, ring(&dev, ring_size), ring(&dev, ring_size), ring_size).expect("queue init");
         let marker = dev.host().alloc(256, 256).expect("marker");
         Rig { sys, dev, arch, eng, base, q, marker }
     }

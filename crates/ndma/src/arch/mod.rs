@@ -19,6 +19,9 @@ pub struct WaitBudget {
     pub following_us: u64,
 }
 
+/// The engine id [`Dhal::h2t_eng_id`] answers for an NC the device lacks: no arch has it.
+pub const NO_SUCH_ENGINE: u32 = u32::MAX;
+
 /// Per-generation behaviour of the DMA op layer.
 pub trait Dhal: Send + Sync + 'static {
     /// The generation.
@@ -44,11 +47,18 @@ pub trait Dhal: Send + Sync + 'static {
         self.arch().engine_base(eng)
     }
 
-    /// `ndmar_get_h2t_eng_id`: the engine hosting NC `nc`'s host-to-tensor ring.
-    fn h2t_eng_id(&self, nc: u32) -> u32;
+    /// `ndmar_get_h2t_eng_id`: the engine hosting NC `nc`'s host-to-tensor ring (a hardware fact,
+    /// [`Arch::h2t_engine`]). For an NC the device lacks: [`NO_SUCH_ENGINE`], which every engine lookup
+    /// refuses.
+    fn h2t_eng_id(&self, nc: u32) -> u32 {
+        self.arch().h2t_engine(nc).unwrap_or(NO_SUCH_ENGINE)
+    }
 
-    /// `ndmar_get_h2t_def_qid`: the default H2T queue of NC `nc` on that engine.
-    fn h2t_def_qid(&self, nc: u32) -> u32;
+    /// `ndmar_get_h2t_def_qid`: the default H2T queue of NC `nc` on that engine ([`Arch::h2t_default_qid`]).
+    /// For an NC the device lacks: [`udma::DMA_MAX_Q`], which every queue lookup refuses.
+    fn h2t_def_qid(&self, nc: u32) -> u32 {
+        self.arch().h2t_default_qid(nc).unwrap_or(udma::DMA_MAX_Q)
+    }
 
     /// `ndma_get_m2m_barrier_type`: the barrier of a classic-path data descriptor; `last` is true for the
     /// last data descriptor of a batch. WRITE_BARRIER on both V2 and V3 (FACTS §7.4.1).
@@ -158,6 +168,17 @@ mod tests {
         assert_eq!((V2.h2t_eng_id(1), V2.h2t_def_qid(1)), (33, 0));
         let v3: Vec<_> = (0..8).map(|nc| (V3.h2t_eng_id(nc), V3.h2t_def_qid(nc))).collect();
         assert_eq!(v3, [(128, 0), (128, 1), (129, 0), (129, 1), (130, 0), (130, 1), (131, 0), (131, 1)]);
+    }
+
+    #[test]
+    fn an_nc_the_device_lacks_has_no_h2t_engine_or_queue() {
+        for d in [dhal(Arch::V2), dhal(Arch::V3)] {
+            for nc in [d.ncs_per_device(), u32::MAX] {
+                assert_eq!(d.h2t_eng_id(nc), NO_SUCH_ENGINE);
+                assert_eq!(d.engine_base(d.h2t_eng_id(nc)), None);
+                assert_eq!(d.h2t_def_qid(nc), udma::DMA_MAX_Q);
+            }
+        }
     }
 
     #[test]

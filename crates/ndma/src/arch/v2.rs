@@ -8,26 +8,9 @@ use super::{Dhal, WaitBudget};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct V2;
 
-/// The D2H engine, which hosts NC 0's H2T ring.
-const D2H_ENGINE: u32 = 32;
-/// The H2D engine, which hosts every other NC's H2T ring.
-const H2D_ENGINE: u32 = 33;
-
 impl Dhal for V2 {
     fn arch(&self) -> Arch {
         Arch::V2
-    }
-
-    fn h2t_eng_id(&self, nc: u32) -> u32 {
-        if nc == 0 {
-            D2H_ENGINE
-        } else {
-            H2D_ENGINE
-        }
-    }
-
-    fn h2t_def_qid(&self, _nc: u32) -> u32 {
-        0
     }
 
     fn wait_budget(&self, count: u32, is_async: bool) -> WaitBudget {

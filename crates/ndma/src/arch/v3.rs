@@ -8,20 +8,9 @@ use super::{Dhal, WaitBudget};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct V3;
 
-/// The IO engines hosting H2T rings, indexed by `nc / 2` (an engine serves two NCs, one queue each).
-const H2T_ENGINES: [u32; 4] = [128, 129, 130, 131];
-
 impl Dhal for V3 {
     fn arch(&self) -> Arch {
         Arch::V3
-    }
-
-    fn h2t_eng_id(&self, nc: u32) -> u32 {
-        H2T_ENGINES[(nc as usize / 2) % H2T_ENGINES.len()]
-    }
-
-    fn h2t_def_qid(&self, nc: u32) -> u32 {
-        nc % 2
     }
 
     fn wait_budget(&self, count: u32, is_async: bool) -> WaitBudget {

@@ -2,8 +2,6 @@
 
 mod chunk;
 mod pool;
-mod range;
 
 pub use chunk::{MemChunk, MemLocation};
 pub use pool::MemPool;
-pub use range::RangeAllocator;

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{MemChunk, MemLocation, RangeAllocator};
+use range_allocator::RangeAllocator;
+
+use super::{MemChunk, MemLocation};
 use crate::{NdmaError, Platform, Result};
 
 /// Alignment of device chunks.

@@ -6,7 +6,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use udma::{DmaMemory, Mmio, Ring, UDMA_QUEUE_ADDR_BYTE_ALIGNMENT};
+use udma::{Arch, DmaMemory, Mmio, Ring, Udma, UDMA_QUEUE_ADDR_BYTE_ALIGNMENT};
 
 /// Bytes per descriptor.
 pub const DESC_BYTES: usize = 16;
@@ -64,6 +64,11 @@ unsafe impl DmaMemory for VecRing {
 /// A ring of `descs` descriptors whose device address is `dma_addr`.
 pub fn ring(descs: u32, dma_addr: u64) -> Ring<VecRing> {
     Ring { mem: VecRing::descs(descs, dma_addr), dma_addr }
+}
+
+/// The V2 D2H engine (id 32, BAR0 0x3060_0000), brought up through the HAL's one entry on `mmio`.
+pub fn d2h_engine<M: Mmio + ?Sized>(mmio: &M) -> Udma {
+    Udma::init(mmio, Arch::V2, 32).expect("engine 32 exists on V2")
 }
 
 /// An [`Mmio`] that logs every write in order and reads back the last value written (0 if none).
