@@ -50,7 +50,7 @@ mod tests {
     use std::alloc::{alloc_zeroed, dealloc, Layout};
     use std::sync::Arc;
 
-    use udma::{Barrier, DmaMemory, M2mQueue, Mmio, Ring, UdmaError};
+    use udma::{Barrier, DmaMemory, Mmio, Ring, UdmaError};
 
     use super::*;
     use crate::ring::HostRing;
@@ -106,8 +106,8 @@ mod tests {
     #[test]
     fn a_marker_that_cannot_be_staged_is_the_drivers_bare_minus_one() {
         let ring = |mem: Arc<Plain>| Ring { dma_addr: mem.phys_addr(), mem: HostRing(mem) };
-        let mut q =
-            M2mQueue::init(&NoMmio, 0, 0, 16, ring(Plain::new(32 * 16)), ring(Plain::new(32 * 16)), 32, None).unwrap();
+        let engine = udma::Udma::init(&NoMmio, udma::Arch::V3, 128).unwrap();
+        let mut q = engine.init_queue(&NoMmio, 0, ring(Plain::new(32 * 16)), ring(Plain::new(32 * 16)), 32).unwrap();
         // 32 slots less the 16-slot guard: 16 data pairs fill the ring.
         for _ in 0..16 {
             q.copy_prepare_one(0x1000, 0x2000, 64, Barrier::None, false).unwrap();
