@@ -27,7 +27,7 @@ impl Dhal for V3 {
     fn ctx_queue_bit(&self, eng: u32, qid: u32) -> Option<u32> {
         // (eng − 128)·16 + q over the four IO engines that host H2T rings: 64 bits.
         const FIRST_IO_ENGINE: u32 = 128;
-        (eng >= FIRST_IO_ENGINE && eng < FIRST_IO_ENGINE + 4 && qid < udma::DMA_MAX_Q)
+        ((FIRST_IO_ENGINE..FIRST_IO_ENGINE + 4).contains(&eng) && qid < udma::DMA_MAX_Q)
             .then(|| (eng - FIRST_IO_ENGINE) * udma::DMA_MAX_Q + qid)
     }
 }
