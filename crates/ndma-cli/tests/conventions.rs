@@ -58,16 +58,42 @@ fn keys(v: &Value, out: &mut BTreeSet<String>) {
     }
 }
 
-/// Every key of `doc` is documented in `ndma COMMAND --help`, and `command` names the command.
+/// The README, whose CLI section documents the schemas and the exit codes.
+const README: &str = include_str!("../../../README.md");
+
+/// The words of `s` that could be JSON keys.
+fn words(s: &str) -> BTreeSet<&str> {
+    s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect()
+}
+
+/// Every key of `doc` is documented in `ndma COMMAND --help` and in the README's schema table, and `command`
+/// names the command.
 fn schema_documents(command: &str, doc: &Value) {
     assert_eq!(doc["command"], command, "{doc}");
     let help = text(&ok(&[command, "--help"]).stdout);
-    let words: BTreeSet<&str> =
-        help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect();
+    let row = README
+        .lines()
+        .find(|l| l.starts_with(&format!("| `{command}` |")))
+        .unwrap_or_else(|| panic!("no README schema row for {command}"));
+    // The README lists the fields of `counters` and `engine` once, in the paragraph above the table.
+    let counters = README.split("\n\n").find(|p| p.starts_with("Counters objects")).expect("README counters paragraph");
+    let (in_help, in_row, in_counters) = (words(&help), words(row), words(counters));
     let mut ks = BTreeSet::new();
     keys(doc, &mut ks);
     for k in ks {
-        assert!(words.contains(k.as_str()), "`ndma {command} --help` does not document the JSON key {k:?}:\n{help}");
+        assert!(in_help.contains(k.as_str()), "`ndma {command} --help` does not document the JSON key {k:?}:\n{help}");
+        assert!(
+            in_row.contains(k.as_str()) || in_counters.contains(k.as_str()),
+            "the README's {command} row lacks {k:?}"
+        );
+    }
+}
+
+#[test]
+fn the_readme_lists_every_exit_code() {
+    for c in ndma_cli::error::ExitCode::ALL {
+        let row = format!("| {} | {} |", c.code(), c.name());
+        assert!(README.contains(&row), "README lacks {row:?}");
     }
 }
 
