@@ -2,7 +2,7 @@
 //! wrote into the NC's H2T ring — data pairs (≤ 64 KiB each, the last of a batch with the DHAL's write
 //! barrier) and the 4-byte marker self-copy that ends every batch.
 //!
-//! Three steps: [`copy_once`] (the verified copy and what the ring holds after it), [`decode_pair`] (each slot
+//! Three steps: `copy_once` (the verified copy and what the ring holds after it), [`decode_pair`] (each slot
 //! read back: phase, flags, addresses, role), then the report (printed and/or JSON).
 
 use ndma::{MemChunk, NeuronDevice, DMA_COMPLETION_MARKER};
@@ -314,7 +314,7 @@ fn chunk_pas(dev: &NeuronDevice, src: &MemChunk, dst: &MemChunk) -> (u64, u64) {
     (dev.mc_to_pa(src), dev.mc_to_pa(dst))
 }
 
-/// Runs `ndma inspect`: [`copy_once`], decode every slot, report.
+/// Runs `ndma inspect`: `copy_once`, decode every slot, report.
 ///
 /// # Errors
 ///

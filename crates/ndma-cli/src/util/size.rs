@@ -49,7 +49,7 @@ pub fn parse_size(input: &str) -> Result<u64, String> {
 ///
 /// # Errors
 ///
-/// As [`parse_size`].
+/// As [`parse_size()`].
 pub fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
