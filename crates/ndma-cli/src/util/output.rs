@@ -58,11 +58,6 @@ pub struct Out {
 }
 
 impl Out {
-    /// A sink that prints.
-    pub fn stdout() -> Out {
-        Out { human: true }
-    }
-
     /// Prints one line.
     pub fn say(&self, line: impl Display) {
         if self.human {
