@@ -2,17 +2,35 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 use ndma::Instance;
 
 use crate::cmd;
 use crate::error::{CliError, CliResult};
 use crate::util::bed::{BedOpts, Dir};
+use crate::util::output::JsonArg;
 use crate::util::size::size_arg;
+
+/// The end of `ndma --help` and of the man page: exit codes and environment.
+pub const AFTER_HELP: &str = "\
+Exit status:
+  0  success: the command did what it was asked and every byte checked was right
+  1  DMA error: an op-layer call failed (timeout, invalid argument, no memory, ...); the errno is in the message
+  2  usage error: an unknown option or value, or arguments that cannot work together
+  3  verification failure: wrong bytes after a transfer, or a scenario that did not behave as the contract says
+  4  emulated device error: the instance could not be built, or the device model refused a back-door access
+  5  output error: a --json, --out or --out-dir file could not be written
+
+Environment:
+  RUST_LOG   tracing filter directives, applied after -q/-v (e.g. RUST_LOG=ndma::classic=debug, RUST_LOG=off)
+  NO_COLOR   when non-empty, no colour anywhere; colour is used only when the stream is a terminal anyway
+
+Results go to stdout, the log and progress bars to stderr. --json FILE writes one JSON document per run
+(schema: `ndma <command> --help`); --json - writes it to stdout instead of the human report.";
 
 /// The AWS Neuron DMA op layer on an emulated device: inspect what it writes, copy, memset, benchmark.
 #[derive(Debug, Parser)]
-#[command(name = "ndma", version, about, long_about = None)]
+#[command(name = "ndma", version, about, long_about = None, after_long_help = AFTER_HELP)]
 pub struct Cli {
     /// Instance preset to emulate (trn1.2xlarge, trn1.32xlarge, inf2.xlarge, inf2.48xlarge, trn2.48xlarge).
     #[arg(long, global = true, default_value = "trn1.2xlarge", value_name = "NAME")]
@@ -23,6 +41,12 @@ pub struct Cli {
     /// as the driver would on an emulator. `faults` always uses silicon budgets (with inline engines).
     #[arg(long, global = true)]
     pub silicon_budgets: bool,
+    /// More log output on stderr: -v info, -vv debug, -vvv trace (default: warnings and errors).
+    #[arg(short, long, global = true, action = ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Less output on stderr: errors only in the log, and no progress bar.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
     /// The command (default: demo).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -32,19 +56,56 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// A verified tour of every copy direction and memset at 4 KiB … 256 MiB, with throughput vs memcpy.
-    Demo,
+    #[command(after_long_help = cmd::demo::JSON_SCHEMA)]
+    Demo(DemoArgs),
     /// Run one copy on an inline engine and print the descriptor pairs the op layer wrote into the H2T ring.
+    #[command(after_long_help = cmd::inspect::JSON_SCHEMA)]
     Inspect(InspectArgs),
     /// One verified copy (or a stream of async copies), with counters and throughput.
+    #[command(after_long_help = cmd::copy::JSON_SCHEMA)]
     Copy(CopyArgs),
     /// Memset a window of a device chunk, verifying it and the guard bytes around it.
+    #[command(after_long_help = cmd::memset::JSON_SCHEMA)]
     Memset(MemsetArgs),
     /// End-to-end throughput and latency figures beside single-thread memcpy, as a table and optionally JSON.
+    #[command(after_long_help = cmd::bench::JSON_SCHEMA)]
     Bench(BenchArgs),
     /// Scripted failure scenarios: a copy inside a NeuronCore reset window, a hung queue.
+    #[command(after_long_help = cmd::faults::JSON_SCHEMA)]
     Faults(FaultsArgs),
     /// Run a copy on threaded engines and write a Chrome/Perfetto timeline of the op layer and the engines.
     Trace(TraceArgs),
+    /// Print a shell completion script for ndma to stdout (e.g. `ndma completions bash > ndma.bash`).
+    Completions(CompletionsArgs),
+    /// Print ndma's man page (roff) to stdout, or write one page per command into a directory.
+    Man(ManArgs),
+}
+
+/// `ndma demo`.
+#[derive(Debug, Default, Args)]
+pub struct DemoArgs {
+    /// One sample per case and sizes up to 1 MiB only (finishes in seconds; for tests and smoke runs).
+    #[arg(long)]
+    pub quick: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+/// `ndma completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `ndma man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write `ndma.1` and `ndma-<command>.1` for every command into this directory instead of printing
+    /// `ndma.1`.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
 }
 
 /// `ndma trace`.
@@ -79,6 +140,8 @@ pub struct FaultsArgs {
     /// Length of the NeuronCore reset, in jiffies (ms), for `reset-window`.
     #[arg(long, default_value_t = 100)]
     pub reset_ms: u64,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 /// A failure scenario.
@@ -106,6 +169,8 @@ pub struct InspectArgs {
     /// Also print each descriptor's raw words (len_ctrl, word 1, address).
     #[arg(long)]
     pub raw: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 /// `ndma copy`.
@@ -123,6 +188,8 @@ pub struct CopyArgs {
     /// Issue N copies of SIZE through the async pipeline (each must fit one batch, ndma::MAX_BATCH_BYTES).
     #[arg(long = "async", value_name = "N")]
     pub async_count: Option<u64>,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 /// `ndma memset`.
@@ -137,14 +204,15 @@ pub struct MemsetArgs {
     /// NeuronCore owning the device chunk.
     #[arg(long, default_value_t = 0)]
     pub nc: u32,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 /// `ndma bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Write the figures as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub json: JsonArg,
     /// Fewer repetitions and no 256 MiB cases (finishes in seconds; for tests and smoke runs).
     #[arg(long)]
     pub quick: bool,
@@ -192,14 +260,16 @@ pub fn instance_by_name(name: &str) -> CliResult<Instance> {
 /// The command's failure.
 pub fn run(cli: Cli) -> CliResult {
     let opts = BedOpts { instance: instance_by_name(&cli.instance)?, emulation_budgets: !cli.silicon_budgets };
-    match cli.command.unwrap_or(Command::Demo) {
-        Command::Demo => cmd::demo::run(opts),
+    match cli.command.unwrap_or(Command::Demo(DemoArgs::default())) {
+        Command::Demo(a) => cmd::demo::run(opts, &a),
         Command::Inspect(a) => cmd::inspect::run(opts, &a),
-        Command::Copy(a) => cmd::copy::run(opts, &a),
+        Command::Copy(a) => cmd::copy::run(opts, &a, !cli.quiet),
         Command::Memset(a) => cmd::memset::run(opts, &a),
         Command::Bench(a) => cmd::bench::run(opts, &a),
         Command::Faults(a) => cmd::faults::run(opts, &a),
         Command::Trace(a) => cmd::trace::run(opts, &a),
+        Command::Completions(a) => cmd::completions::run(&a),
+        Command::Man(a) => cmd::man::run(&a),
     }
 }
 
@@ -217,6 +287,19 @@ mod tests {
         assert!(byte_arg("0x100").is_err());
         assert!(byte_arg("z").is_err());
         assert!(byte_arg("-1").is_err());
+    }
+
+    #[test]
+    fn the_definition_is_consistent() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn the_help_lists_every_exit_code() {
+        for c in crate::error::ExitCode::ALL {
+            let line = format!("  {}  {}: ", c.code(), c.name());
+            assert!(AFTER_HELP.contains(&line), "{line:?} missing from the help");
+        }
     }
 
     #[test]

@@ -1,24 +1,68 @@
 //! The CLI's error: what failed, with the errno the op layer (or device model) reported, and the process
-//! exit code it maps to.
+//! exit code its failure class maps to ([`ExitCode`]).
 
 use ndma::NdmaError;
 use ndma_emu::TestbedError;
 
+/// The process exit status of `ndma`, one per failure class. The errno, when there is one, is in the message
+/// on stderr (`… (errno -110, ETIMEDOUT)`), not in the status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ExitCode {
+    /// The command did what it was asked and every byte checked was right.
+    Success = 0,
+    /// A DMA operation failed: the op layer returned an error (timeout, invalid argument, no memory, …).
+    Dma = 1,
+    /// Bad usage: an unknown option or value, or arguments that cannot work together (clap's own errors
+    /// exit with this code too).
+    Usage = 2,
+    /// A transfer completed but its bytes (data or guards) are wrong, or a scenario did not behave as the
+    /// contract says.
+    Verify = 3,
+    /// The emulated instance could not be built, or the device model refused a back-door access.
+    Device = 4,
+    /// An output file (`--json`, `trace --out`, `man --out-dir`) could not be written.
+    Io = 5,
+}
+
+impl ExitCode {
+    /// Every code, in order (for the documentation and its test).
+    pub const ALL: [ExitCode; 6] =
+        [ExitCode::Success, ExitCode::Dma, ExitCode::Usage, ExitCode::Verify, ExitCode::Device, ExitCode::Io];
+
+    /// The numeric status.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// A short name of the class.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitCode::Success => "success",
+            ExitCode::Dma => "DMA error",
+            ExitCode::Usage => "usage error",
+            ExitCode::Verify => "verification failure",
+            ExitCode::Device => "emulated device error",
+            ExitCode::Io => "output error",
+        }
+    }
+}
+
 /// Why a command failed.
 #[derive(Debug)]
 pub enum CliError {
-    /// Bad user input the argument parser could not catch (exit 2).
+    /// Bad user input the argument parser could not catch ([`ExitCode::Usage`]).
     Usage(String),
-    /// An op-layer call failed (exit 1).
+    /// An op-layer call failed ([`ExitCode::Dma`]).
     Op {
         /// What the CLI was doing.
         what: String,
         /// The op layer's error.
         err: NdmaError,
     },
-    /// The emulated instance could not be built (exit 1).
+    /// The emulated instance could not be built ([`ExitCode::Device`]).
     Setup(TestbedError),
-    /// The device model refused a back-door access (exit 1); `errno` is negative.
+    /// The device model refused a back-door access ([`ExitCode::Device`]); `errno` is negative.
     Emu {
         /// What the CLI was doing.
         what: String,
@@ -27,9 +71,10 @@ pub enum CliError {
         /// The errno.
         errno: i32,
     },
-    /// Bytes did not match after a transfer (exit 3).
+    /// Bytes did not match after a transfer, or a scenario's outcome was not the expected one
+    /// ([`ExitCode::Verify`]).
     Verify(String),
-    /// Writing an output file failed (exit 1).
+    /// Writing an output file failed ([`ExitCode::Io`]).
     Io(String),
 }
 
@@ -55,13 +100,20 @@ impl CliError {
         }
     }
 
-    /// The process exit code.
-    pub fn exit_code(&self) -> i32 {
+    /// The failure class.
+    pub fn class(&self) -> ExitCode {
         match self {
-            CliError::Usage(_) => 2,
-            CliError::Verify(_) => 3,
-            _ => 1,
+            CliError::Usage(_) => ExitCode::Usage,
+            CliError::Op { .. } => ExitCode::Dma,
+            CliError::Verify(_) => ExitCode::Verify,
+            CliError::Setup(_) | CliError::Emu { .. } => ExitCode::Device,
+            CliError::Io(_) => ExitCode::Io,
         }
+    }
+
+    /// The process exit code of the failure class.
+    pub fn exit_code(&self) -> i32 {
+        self.class().code()
     }
 }
 
@@ -117,5 +169,34 @@ pub trait OpContext<T> {
 impl<T> OpContext<T> for ndma::Result<T> {
     fn op_ctx<S: Into<String>>(self, what: impl FnOnce() -> S) -> CliResult<T> {
         self.map_err(|e| CliError::op(what(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_failure_class_has_its_own_exit_code() {
+        let op = CliError::op("copy", NdmaError::InvalidNc { nc: 9, ncs: 2 });
+        let emu = CliError::Emu { what: "fill".into(), msg: "out of range".into(), errno: -14 };
+        let cases = [
+            (CliError::Usage("bad".into()), 2),
+            (op, 1),
+            (CliError::Verify("byte 3".into()), 3),
+            (emu, 4),
+            (CliError::Io("disk full".into()), 5),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.exit_code(), code, "{e}");
+        }
+        let codes: Vec<i32> = ExitCode::ALL.iter().map(|c| c.code()).collect();
+        assert_eq!(codes, [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn the_errno_stays_in_the_message() {
+        let e = CliError::op("copy", NdmaError::InvalidNc { nc: 9, ncs: 2 });
+        assert!(e.to_string().ends_with("(errno -22, EINVAL)"), "{e}");
     }
 }

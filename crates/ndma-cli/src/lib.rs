@@ -1,12 +1,15 @@
 //! The `ndma` command: the Neuron DMA op layer (`ndma`) driven over the emulated device (`ndma-emu`).
 //!
 //! - [`cli`]: the command line and dispatch;
-//! - [`cmd`]: one module per command (`demo`, `inspect`, `copy`, `memset`, `bench`);
+//! - [`cmd`]: one module per command (`demo`, `inspect`, `copy`, `memset`, `bench`, `faults`, `trace`,
+//!   `completions`, `man`);
 //! - [`util`]: size parsing, patterns and chunk I/O, testbed and windows, timing and the memcpy baseline,
-//!   tables;
+//!   tables, the human/JSON output;
+//! - [`logging`]: the stderr log's level and colour;
 //! - [`error`]: the CLI error with errno and exit code.
 
 pub mod cli;
 pub mod cmd;
 pub mod error;
+pub mod logging;
 pub mod util;

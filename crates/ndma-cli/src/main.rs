@@ -1,25 +1,12 @@
-//! `ndma`: see `ndma --help`.
+//! `ndma`: see `ndma --help`. Exit status: 0 on success, otherwise the failure class of
+//! [`ndma_cli::error::ExitCode`].
 
 use clap::Parser;
-use ndma_cli::cli::{Cli, Command};
-use ndma_cli::util::timeline::{install, Timeline};
-use tracing::Level;
-use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
+use ndma_cli::cli::Cli;
 
 fn main() {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
-    // Only `ndma trace` records the op layer's debug spans: elsewhere their callsites stay disabled.
-    let timeline = matches!(cli.command, Some(Command::Trace(_))).then(|| {
-        let t = Timeline::default();
-        install(t.clone());
-        t.with_filter(Targets::new().with_target("ndma", Level::DEBUG))
-    });
-    tracing_subscriber::registry().with(log).with(timeline).init();
+    ndma_cli::logging::init(&cli);
     let silicon_budgets = cli.silicon_budgets;
     if let Err(e) = ndma_cli::cli::run(cli) {
         eprintln!("ndma: error: {e}");

@@ -97,7 +97,7 @@ fn async_copy_stream_exits_zero_and_oversized_async_is_refused() {
     assert!(out.contains("16 async copies"), "{out}");
     // One batch holds 2031 × 64 KiB; 128 MiB is more: the op layer's -EINVAL.
     let o = ndma(&["copy", "--dir", "h2d", "--size", "128M", "--async", "1"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(1), "a DMA error");
     assert!(stderr(&o).contains("too large") && stderr(&o).contains("errno -22"), "{}", stderr(&o));
 }
 
@@ -168,9 +168,9 @@ fn quick_bench_writes_json_with_every_required_case() {
 
 #[test]
 fn faults_reset_window_on_v2_retries_and_verifies() {
+    // The retry count is checked exactly against the other counters in `conventions.rs` (JSON).
     let out = ok(&["faults", "reset-window"]);
-    assert!(out.contains("retries 1") || out.contains("retries 2"), "{out}");
-    assert!(out.contains("data verified"), "{out}");
+    assert!(out.contains("the batch replayed") && out.contains("data verified"), "{out}");
 }
 
 #[test]

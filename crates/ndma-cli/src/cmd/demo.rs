@@ -3,10 +3,13 @@
 //! beside single-thread memcpy of the same bytes, and checked byte for byte.
 
 use ndma_emu::ExecPolicy;
+use serde::Serialize;
 
+use crate::cli::DemoArgs;
 use crate::error::{CliError, CliResult};
 use crate::util::bed::{testbed, BedOpts, Dir};
 use crate::util::measure::{Measured, Rig, MAX_TIMEOUT_RETRIES};
+use crate::util::output::Out;
 use crate::util::size::fmt_size;
 use crate::util::table::{fmt_gbps, fmt_ratio, Table};
 use crate::util::timing::gbps;
@@ -17,53 +20,184 @@ pub const COPY_SIZES: [u64; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 2
 pub const MEMSET_SIZES: [u64; 2] = [1 << 20, 256 << 20];
 /// Timed samples per case (best counts).
 const SAMPLES: u32 = 3;
+/// `--quick`: sizes up to this, one sample.
+const QUICK_MAX_SIZE: u64 = 1 << 20;
 
-fn per_op(total: u64, ops: u64) -> String {
-    let ops = ops.max(1);
-    if total % ops == 0 {
-        (total / ops).to_string()
+/// The `--json` schema, shown by `ndma demo --help` (the README has the same).
+pub const JSON_SCHEMA: &str = "\
+JSON (--json FILE, or --json - for stdout instead of the report): one object, written also when cases
+failed (they carry `error`; the command then exits non-zero)
+  command      \"demo\"
+  instance     instance preset, e.g. \"trn1.2xlarge\"
+  arch         \"v2\" or \"v3\"
+  devices      devices on the instance
+  budgets      \"emulation\" or \"silicon\" poll budgets
+  samples      timed samples per case (the best counts)
+  quick        whether --quick was given (1 sample, sizes up to 1 MiB)
+  cases        one object per case, in order:
+    operation           \"h2d\", \"d2h\", \"d2d\", \"h2h\" (copies) or \"memset\"
+    size                bytes per operation
+    ops                 timed operations
+    descriptors_per_op, batches_per_op, polls_per_op   ring counters per timed operation
+    gbps                throughput of the best sample, 10^9 B/s
+    memcpy_gbps         single-thread memcpy of the same bytes, same run
+    ratio               gbps / memcpy_gbps
+    timeouts            timed operations that hit the poll budget
+    verified            destination, guards and source checked byte for byte
+    error               why the case failed (then no figures)";
+
+/// One case of the `--json` document.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoCase {
+    /// `h2d`, `d2h`, `d2d`, `h2h` or `memset`.
+    pub operation: &'static str,
+    /// Bytes per operation.
+    pub size: u64,
+    /// Timed operations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops: Option<u64>,
+    /// Descriptor pairs per operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub descriptors_per_op: Option<f64>,
+    /// Batches per operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batches_per_op: Option<f64>,
+    /// Polls per operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub polls_per_op: Option<f64>,
+    /// Throughput, 10⁹ B/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gbps: Option<f64>,
+    /// memcpy of the same bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memcpy_gbps: Option<f64>,
+    /// `gbps / memcpy_gbps`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// Timed operations that timed out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<u64>,
+    /// Verified byte for byte.
+    pub verified: bool,
+    /// Why the case failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The `--json` document.
+#[derive(Debug, Serialize)]
+pub struct DemoReport {
+    /// `"demo"`.
+    pub command: &'static str,
+    /// Instance preset.
+    pub instance: String,
+    /// `v2` or `v3`.
+    pub arch: String,
+    /// Devices on the instance.
+    pub devices: u32,
+    /// `emulation` or `silicon`.
+    pub budgets: &'static str,
+    /// Timed samples per case.
+    pub samples: u32,
+    /// Whether `--quick` was given.
+    pub quick: bool,
+    /// The cases.
+    pub cases: Vec<DemoCase>,
+}
+
+fn per_op(total: u64, ops: u64) -> f64 {
+    total as f64 / ops.max(1) as f64
+}
+
+fn fmt_per_op(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
     } else {
-        format!("{:.1}", total as f64 / ops as f64)
+        format!("{x:.1}")
     }
 }
 
-fn row(t: &mut Table, op: &str, size: u64, m: &Measured) {
-    let (g, base) = (gbps(size, m.op), gbps(size, m.memcpy));
-    t.row(vec![
-        op.to_string(),
-        fmt_size(size),
-        per_op(m.stats.descriptors, m.ops),
-        per_op(m.stats.batches, m.ops),
-        per_op(m.stats.polls, m.ops),
-        fmt_gbps(g),
-        fmt_gbps(base),
-        fmt_ratio(g / base),
-        m.stats.timeouts.to_string(),
-        "ok".into(),
-    ]);
+impl DemoCase {
+    /// The case from its measurement (or failure).
+    fn new(operation: &'static str, size: u64, r: &CliResult<Measured>) -> Self {
+        let mut c = DemoCase {
+            operation,
+            size,
+            ops: None,
+            descriptors_per_op: None,
+            batches_per_op: None,
+            polls_per_op: None,
+            gbps: None,
+            memcpy_gbps: None,
+            ratio: None,
+            timeouts: None,
+            verified: r.is_ok(),
+            error: None,
+        };
+        match r {
+            Ok(m) => {
+                let (g, base) = (gbps(size, m.op), gbps(size, m.memcpy));
+                c.ops = Some(m.ops);
+                c.descriptors_per_op = Some(per_op(m.stats.descriptors, m.ops));
+                c.batches_per_op = Some(per_op(m.stats.batches, m.ops));
+                c.polls_per_op = Some(per_op(m.stats.polls, m.ops));
+                (c.gbps, c.memcpy_gbps, c.ratio, c.timeouts) =
+                    (Some(g), Some(base), Some(g / base), Some(m.stats.timeouts));
+            }
+            Err(e) => c.error = Some(e.to_string()),
+        }
+        c
+    }
+
+    /// The case as a table row.
+    fn row(&self) -> Vec<String> {
+        let label = match Dir::ALL.iter().find(|d| d.name() == self.operation) {
+            Some(d) => format!("{} copy", d.long_name()),
+            None => "memset (device)".into(),
+        };
+        let mut cells = vec![label, fmt_size(self.size)];
+        match (self.gbps, self.memcpy_gbps, self.ratio) {
+            (Some(g), Some(base), Some(ratio)) => cells.extend([
+                fmt_per_op(self.descriptors_per_op.unwrap_or(0.0)),
+                fmt_per_op(self.batches_per_op.unwrap_or(0.0)),
+                fmt_per_op(self.polls_per_op.unwrap_or(0.0)),
+                fmt_gbps(g),
+                fmt_gbps(base),
+                fmt_ratio(ratio),
+                self.timeouts.unwrap_or(0).to_string(),
+                "ok".into(),
+            ]),
+            _ => {
+                cells.resize(9, String::new());
+                cells.push("FAILED".into());
+            }
+        }
+        cells
+    }
 }
 
-/// Runs `ndma demo`.
-///
-/// # Errors
-///
-/// Set-up and op-layer failures; [`CliError::Verify`] if any case's bytes are wrong (after all cases ran).
-pub fn run(opts: BedOpts) -> CliResult {
-    let tb = testbed(opts, ExecPolicy::Threaded)?;
-    let (dev, emu) = tb.device(0);
-    println!(
-        "ndma demo on an emulated {} ({} device(s), {}): NC 0, threaded engines, relaxed fabric ordering, real clock, \
-         {} poll budgets",
-        opts.instance.name,
-        opts.instance.devices,
-        dev.dhal().arch(),
-        if opts.emulation_budgets { "emulation (×100000)" } else { "silicon" }
-    );
-    println!(
-        "each case: one untimed warm-up, then best of {SAMPLES} timed samples interleaved with single-thread memcpy \
-         of the same bytes (the engine primed by an untimed 4 KiB copy before each sample); every byte of the \
-         destination, its guards and the source verified; counters are per operation"
-    );
+/// Every case of the tour up to `max_size`, measured in order; a failed case is recorded and the tour goes on.
+fn measure(rig: &mut Rig<'_>, max_size: u64) -> (Vec<DemoCase>, Vec<CliError>) {
+    let (mut cases, mut failures) = (Vec::new(), Vec::new());
+    let mut record = |op: &'static str, size: u64, r: CliResult<Measured>| {
+        cases.push(DemoCase::new(op, size, &r));
+        if let Err(e) = r {
+            failures.push(e);
+        }
+    };
+    for dir in Dir::ALL {
+        for size in COPY_SIZES.into_iter().filter(|&s| s <= max_size) {
+            record(dir.name(), size, rig.sync_copy(dir, size));
+        }
+    }
+    for size in MEMSET_SIZES.into_iter().filter(|&s| s <= max_size) {
+        record("memset", size, rig.memset(size));
+    }
+    (cases, failures)
+}
+
+/// The cases as the human table.
+fn table(cases: &[DemoCase]) -> Table {
     let mut t = Table::new(&[
         "operation",
         ">size",
@@ -76,44 +210,65 @@ pub fn run(opts: BedOpts) -> CliResult {
         ">timeouts",
         "verified",
     ]);
-    let mut rig = Rig::new(dev, emu, 0, SAMPLES, COPY_SIZES[COPY_SIZES.len() - 1])?;
-    let mut failures: Vec<CliError> = Vec::new();
-    let mut record = |t: &mut Table, op: String, size: u64, r: CliResult<Measured>| match r {
-        Ok(m) => row(t, &op, size, &m),
-        Err(e) => {
-            let mut cells = vec![op, fmt_size(size)];
-            cells.resize(9, String::new());
-            cells.push("FAILED".into());
-            t.row(cells);
-            failures.push(e);
-        }
-    };
-    for dir in Dir::ALL {
-        for size in COPY_SIZES {
-            let r = rig.sync_copy(dir, size);
-            record(&mut t, format!("{} copy", dir.long_name()), size, r);
-        }
+    for c in cases {
+        t.row(c.row());
     }
-    for size in MEMSET_SIZES {
-        let r = rig.memset(size);
-        record(&mut t, "memset (device)".into(), size, r);
-    }
-    print!("{}", t.render());
-    println!(
+    t
+}
+
+/// Runs `ndma demo`.
+///
+/// # Errors
+///
+/// Set-up and op-layer failures; [`CliError::Verify`] if any case's bytes are wrong (after all cases ran).
+pub fn run(opts: BedOpts, a: &DemoArgs) -> CliResult {
+    let tb = testbed(opts, ExecPolicy::Threaded)?;
+    let (dev, emu) = tb.device(0);
+    let (samples, max_size) = if a.quick { (1, QUICK_MAX_SIZE) } else { (SAMPLES, COPY_SIZES[COPY_SIZES.len() - 1]) };
+    let out: Out = a.json.out();
+    out.say(format_args!(
+        "ndma demo on an emulated {} ({} device(s), {}): NC 0, threaded engines, relaxed fabric ordering, real clock, \
+         {} poll budgets",
+        opts.instance.name,
+        opts.instance.devices,
+        dev.dhal().arch(),
+        if opts.emulation_budgets { "emulation (×100000)" } else { "silicon" }
+    ));
+    out.say(format_args!(
+        "each case: one untimed warm-up, then best of {samples} timed samples interleaved with single-thread memcpy \
+         of the same bytes (the engine primed by an untimed 4 KiB copy before each sample); every byte of the \
+         destination, its guards and the source verified; counters are per operation"
+    ));
+    let mut rig = Rig::new(dev, emu, 0, samples, max_size)?;
+    let (cases, mut failures) = measure(&mut rig, max_size);
+    drop(rig);
+    out.text(&table(&cases).render());
+    out.say(format_args!(
         "GB/s = 10⁹ bytes/s; ratio = GB/s ÷ memcpy GB/s (memset rows too: memcpy of the same byte count); timeouts = \
          timed operations that hit the poll budget and were retried (at most {MAX_TIMEOUT_RETRIES} times each)"
-    );
-    let cases = Dir::ALL.len() * COPY_SIZES.len() + MEMSET_SIZES.len();
+    ));
+    let report = DemoReport {
+        command: "demo",
+        instance: opts.instance.name.into(),
+        arch: dev.dhal().arch().to_string(),
+        devices: opts.instance.devices,
+        budgets: if opts.emulation_budgets { "emulation" } else { "silicon" },
+        samples,
+        quick: a.quick,
+        cases,
+    };
+    out.wrote(a.json.write(&report)?);
+    let n_cases = report.cases.len();
     match failures.len() {
         0 => {
-            println!("all {cases} cases verified byte-exact");
+            out.say(format_args!("all {n_cases} cases verified byte-exact"));
             Ok(())
         }
         n => {
             for f in &failures[1..] {
                 eprintln!("ndma: error: {f}");
             }
-            eprintln!("ndma: {n} of {cases} cases failed");
+            eprintln!("ndma: {n} of {n_cases} cases failed");
             Err(failures.swap_remove(0))
         }
     }

@@ -5,31 +5,140 @@
 //!   the ring, replays the chunks and returns verified data. On V3 there is no bug and no retry.
 //! - `hang`: a queue hung outside any reset window: `-ETIMEDOUT` with no retry, the ring re-initialised, and
 //!   the next copy on the device succeeds.
+//!
+//! Each scenario is a list of steps (a copy, its outcome, its time and the ring counters it moved); a step
+//! whose outcome is not the contract's fails the command with exit status 3.
 
 use std::time::Instant;
 
 use ndma::{NdmaError, Platform, StatsSnapshot};
 use ndma_emu::{ExecPolicy, PlannedFault};
+use serde::Serialize;
 use udma::Arch;
 
 use crate::cli::{FaultScenario, FaultsArgs};
 use crate::error::{errno_name, CliError, CliResult, OpContext};
 use crate::util::bed::{testbed, BedOpts, Dir, Window};
+use crate::util::output::Out;
+use crate::util::report::Counters;
 
 /// Bytes each scenario copies (several descriptors, one batch).
 const COPY_BYTES: u64 = 200_000;
 
-fn show(label: &str, s: &StatsSnapshot) {
-    println!(
-        "  {label}: transfers {}, batches {}, descriptors {}, polls {}, timeouts {}, retries {}, replays {}, ring re-inits {}",
-        s.transfers, s.batches, s.descriptors, s.polls, s.timeouts, s.retries, s.replays, s.ring_resets
-    );
+/// The `--json` schema, shown by `ndma faults --help` (the README has the same).
+pub const JSON_SCHEMA: &str = "\
+JSON (--json FILE, or --json - for stdout instead of the report): one object, written when every step
+behaved as the contract says (otherwise the command exits 3 without JSON)
+  command      \"faults\"
+  scenario     \"reset-window\" or \"hang\"
+  instance     instance preset, e.g. \"trn1.2xlarge\"
+  arch         \"v2\" or \"v3\"
+  nc           NeuronCore whose H2T ring was used
+  engine       the H2T ring's engine index; queue: its queue id
+  retry_flag   the DHAL's reset-window retry flag (true on V2)
+  copy_bytes   bytes each step copies
+  steps        one object per copy, in order:
+    name         what the step does, e.g. \"copy during the reset\", \"hung copy\", \"next copy\"
+    ok           whether the copy returned success
+    error        the op layer's error message (absent when ok)
+    errno        its negative errno (absent when ok)
+    elapsed_ms   the copy's time
+    counters     the ring's counters moved by this step: transfers, bytes, descriptors, batches,
+                 doorbells, polls, wait_us, timeouts, retries, replays, ring_resets
+    verified     whether the destination was then checked byte for byte";
+
+/// One copy of a scenario.
+#[derive(Debug, Serialize)]
+pub struct Step {
+    /// What the step does.
+    pub name: &'static str,
+    /// The copy returned success.
+    pub ok: bool,
+    /// The error message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The negative errno.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+    /// The copy's time, ms.
+    pub elapsed_ms: f64,
+    /// Ring counters moved by the step.
+    pub counters: Counters,
+    /// The destination was verified afterwards.
+    pub verified: bool,
 }
 
-fn outcome(r: &ndma::Result<()>) -> String {
-    match r {
-        Ok(()) => "ok".to_string(),
-        Err(e) => format!("{e} (errno {} {})", e.errno(), errno_name(e.errno())),
+/// The `--json` document.
+#[derive(Debug, Serialize)]
+pub struct FaultsReport {
+    /// `"faults"`.
+    pub command: &'static str,
+    /// `reset-window` or `hang`.
+    pub scenario: &'static str,
+    /// Instance preset.
+    pub instance: String,
+    /// `v2` or `v3`.
+    pub arch: String,
+    /// NeuronCore.
+    pub nc: u32,
+    /// H2T engine.
+    pub engine: u32,
+    /// H2T queue.
+    pub queue: u32,
+    /// The DHAL's reset-window retry flag.
+    pub retry_flag: bool,
+    /// Bytes per copy.
+    pub copy_bytes: u64,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+}
+
+/// A scenario in progress: the window it copies, where it prints, and the steps so far.
+struct Scenario<'a> {
+    w: Window<'a>,
+    nc: u32,
+    out: Out,
+    steps: Vec<Step>,
+}
+
+impl Scenario<'_> {
+    /// Runs one copy as step `name`, prints its outcome and counters, and records it.
+    fn copy(&mut self, name: &'static str) -> CliResult<(ndma::Result<()>, StatsSnapshot)> {
+        let before = self.w.dev.ring_stats(self.nc).op_ctx(|| "reading ring counters")?;
+        let t0 = Instant::now();
+        let r = self.w.copy(0, COPY_BYTES);
+        let elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let moved = self.w.dev.ring_stats(self.nc).op_ctx(|| "reading ring counters")?.since(&before);
+        let outcome = match &r {
+            Ok(()) => "ok".to_string(),
+            Err(e) => format!("{e} (errno {} {})", e.errno(), errno_name(e.errno())),
+        };
+        self.out.say(format_args!("{name}, {COPY_BYTES} bytes host→device: {outcome} after {elapsed_ms:.3} ms"));
+        let s = &moved;
+        self.out.say(format_args!(
+            "  ring: transfers {}, batches {}, descriptors {}, polls {}, timeouts {}, retries {}, replays {}, ring \
+             re-inits {}",
+            s.transfers, s.batches, s.descriptors, s.polls, s.timeouts, s.retries, s.replays, s.ring_resets
+        ));
+        self.steps.push(Step {
+            name,
+            ok: r.is_ok(),
+            error: r.as_ref().err().map(ToString::to_string),
+            errno: r.as_ref().err().map(NdmaError::errno),
+            elapsed_ms,
+            counters: Counters::from(&moved),
+            verified: false,
+        });
+        Ok((r, moved))
+    }
+
+    /// Verifies the window after the last step and marks that step verified.
+    fn verify(&mut self, what: &str) -> CliResult {
+        self.w.verify(what, true)?;
+        if let Some(s) = self.steps.last_mut() {
+            s.verified = true;
+        }
+        Ok(())
     }
 }
 
@@ -46,91 +155,95 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
     let arch = dev.dhal().arch();
     let nc = a.nc;
     let (eng, qid) = dev.h2t_queue(nc).op_ctx(|| "choosing the H2T ring")?;
-    println!(
+    let out = a.json.out();
+    out.say(format_args!(
         "{} ({arch}): NC {nc}'s H2T ring is engine {eng} queue {qid}; retry flag {}",
         opts.instance.name,
         dev.dhal().retry_memcpy()
-    );
+    ));
     let w = Window::new(dev, emu, Dir::H2d, COPY_BYTES, nc, 0xfa17)?;
-    match a.scenario {
-        FaultScenario::ResetWindow => reset_window(&tb, &w, arch, nc, eng, qid, a.reset_ms),
-        FaultScenario::Hang => hang(&w, nc, eng, qid),
-    }
+    let mut sc = Scenario { w, nc, out, steps: Vec::new() };
+    let scenario = match a.scenario {
+        FaultScenario::ResetWindow => {
+            reset_window(&tb, &mut sc, arch, eng, qid, a.reset_ms)?;
+            "reset-window"
+        }
+        FaultScenario::Hang => {
+            hang(&mut sc, eng, qid)?;
+            "hang"
+        }
+    };
+    let report = FaultsReport {
+        command: "faults",
+        scenario,
+        instance: opts.instance.name.into(),
+        arch: arch.to_string(),
+        nc,
+        engine: eng,
+        queue: qid,
+        retry_flag: dev.dhal().retry_memcpy(),
+        copy_bytes: COPY_BYTES,
+        steps: sc.steps,
+    };
+    out.wrote(a.json.write(&report)?);
+    Ok(())
 }
 
 fn reset_window(
     tb: &ndma_emu::Testbed,
-    w: &Window<'_>,
+    sc: &mut Scenario<'_>,
     arch: Arch,
-    nc: u32,
     eng: u32,
     qid: u32,
     reset_ms: u64,
 ) -> CliResult {
-    let (dev, emu) = (w.dev, w.emu);
+    let (emu, nc, out) = (sc.w.emu, sc.nc, sc.out);
     let j0 = tb.platform.jiffies();
     emu.reset_nc(nc, reset_ms);
-    println!("jiffies {j0}: reset of NC {nc} started, lasting {reset_ms} jiffies (ms)");
-    let t0 = Instant::now();
-    let r = w.copy(0, COPY_BYTES);
-    let elapsed = t0.elapsed();
-    println!(
-        "copy of {COPY_BYTES} bytes host→device staged at jiffies {j0}: {} after {:.1} ms",
-        outcome(&r),
-        elapsed.as_secs_f64() * 1e3
-    );
-    let s = dev.ring_stats(nc).op_ctx(|| "reading ring counters")?;
-    show("ring", &s);
+    out.say(format_args!("jiffies {j0}: reset of NC {nc} started, lasting {reset_ms} jiffies (ms)"));
+    let (r, s) = sc.copy("copy during the reset")?;
     match arch {
         Arch::V2 => {
             r.op_ctx(|| "the V2 reset-window copy")?;
             if s.retries == 0 {
                 return Err(CliError::Verify("expected the V2 copy to hit the reset-window hang and retry".into()));
             }
-            println!(
+            out.say(
                 "  V2: the doorbell rang during the reset, the queue hung, the wait timed out inside the reset window, \
-                 the ring was re-initialised and the batch replayed"
+                 the ring was re-initialised and the batch replayed",
             );
-            w.verify("reset-window copy", true)?;
-            println!("  data verified: guards intact, every byte of the window right");
+            sc.verify("reset-window copy")?;
+            out.say("  data verified: guards intact, every byte of the window right");
         }
         Arch::V3 => {
             r.op_ctx(|| "the V3 copy during a reset")?;
-            w.verify("V3 copy during a reset", true)?;
-            println!("  V3: no reset-window bug, the copy completed during the reset; data verified");
+            sc.verify("V3 copy during a reset")?;
+            out.say("  V3: no reset-window bug, the copy completed during the reset; data verified");
             // Now a genuine hang inside the window: V3 has no retry flag, so it is a plain timeout.
             emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
-            let r = w.copy(0, COPY_BYTES);
-            println!("hung queue inside the reset window: {}", outcome(&r));
-            let s = dev.ring_stats(nc).op_ctx(|| "reading ring counters")?;
-            show("ring", &s);
+            let (r, s) = sc.copy("hung copy inside the reset window")?;
             if !matches!(r, Err(NdmaError::Timeout { .. })) || s.retries != 0 {
                 return Err(CliError::Verify("expected a plain -ETIMEDOUT with no retry on V3".into()));
             }
-            println!("  V3: no retry (retry flag off); the ring was re-initialised");
+            out.say("  V3: no retry (retry flag off); the ring was re-initialised");
         }
     }
     Ok(())
 }
 
-fn hang(w: &Window<'_>, nc: u32, eng: u32, qid: u32) -> CliResult {
-    let (dev, emu) = (w.dev, w.emu);
-    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
-    println!("fault plan: hang engine {eng} queue {qid} on its next work (no reset in progress)");
-    let t0 = Instant::now();
-    let r = w.copy(0, COPY_BYTES);
-    println!("copy of {COPY_BYTES} bytes: {} after {:.1} ms", outcome(&r), t0.elapsed().as_secs_f64() * 1e3);
-    let s = dev.ring_stats(nc).op_ctx(|| "reading ring counters")?;
-    show("ring", &s);
+fn hang(sc: &mut Scenario<'_>, eng: u32, qid: u32) -> CliResult {
+    let out = sc.out;
+    sc.w.emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    out.say(format_args!("fault plan: hang engine {eng} queue {qid} on its next work (no reset in progress)"));
+    let (r, s) = sc.copy("hung copy")?;
     if !matches!(r, Err(NdmaError::Timeout { .. })) || s.retries != 0 {
         return Err(CliError::Verify("expected -ETIMEDOUT with no retry".into()));
     }
-    println!("  no retry: the op was not inside a reset window; the ring was re-initialised (hang cleared)");
-    w.reset_dst()?;
-    w.copy(0, COPY_BYTES).op_ctx(|| "the copy after the hang")?;
-    w.verify("copy after the hang", true)?;
-    let s2 = dev.ring_stats(nc).op_ctx(|| "reading ring counters")?.since(&s);
-    show("next copy", &s2);
-    println!("  the next copy on the device succeeded; data verified");
+    out.say("  no retry: the op was not inside a reset window; the ring was re-initialised (hang cleared)");
+    sc.w.reset_dst()?;
+    let (r, _) = sc.copy("next copy")?;
+    r.op_ctx(|| "the copy after the hang")?;
+    sc.verify("copy after the hang")?;
+    out.say("  the next copy on the device succeeded; data verified");
     Ok(())
 }

@@ -4,15 +4,68 @@
 use std::time::Instant;
 
 use ndma_emu::ExecPolicy;
+use serde::Serialize;
 
 use crate::cli::MemsetArgs;
 use crate::error::{CliError, CliResult, OpContext};
 use crate::util::bed::{alloc, testbed, BedOpts, GUARD};
 use crate::util::pattern::{fill_chunk, verify_chunk, Expect};
-use crate::util::report::{counters_table, engine_delta};
+use crate::util::report::{counters_table, Counters, EngineCounters};
 use crate::util::size::fmt_size;
 use crate::util::table::fmt_gbps;
 use crate::util::timing::gbps;
+
+/// The `--json` schema, shown by `ndma memset --help` (the README has the same).
+pub const JSON_SCHEMA: &str = "\
+JSON (--json FILE, or --json - for stdout instead of the report): one object
+  command      \"memset\"
+  instance     instance preset, e.g. \"trn1.2xlarge\"
+  arch         \"v2\" or \"v3\"
+  nc           NeuronCore owning the device chunk
+  size         bytes set
+  value        the byte written (0..=255)
+  offset       where the window starts in the chunk (the guard before it is this long)
+  guard_bytes  guard bytes on each side of the window
+  guard_value  what the guards hold, before and after
+  elapsed_ns   the memset call's time
+  gbps         size / elapsed, in 10^9 B/s
+  verified     true: window and guards checked byte for byte (a failure exits 3 without JSON)
+  counters     the ring's counters over the memset: transfers, bytes, descriptors, batches, doorbells,
+               polls, wait_us, timeouts, retries, replays, ring_resets
+  engine       the engine model's counters over the memset: id, descriptors, copies, faults";
+
+/// The `--json` document.
+#[derive(Debug, Serialize)]
+pub struct MemsetReport {
+    /// `"memset"`.
+    pub command: &'static str,
+    /// Instance preset.
+    pub instance: String,
+    /// `v2` or `v3`.
+    pub arch: String,
+    /// NeuronCore.
+    pub nc: u32,
+    /// Bytes set.
+    pub size: u64,
+    /// The byte written.
+    pub value: u8,
+    /// Offset of the window in the chunk.
+    pub offset: u64,
+    /// Guard bytes on each side.
+    pub guard_bytes: u64,
+    /// What the guards hold.
+    pub guard_value: u8,
+    /// The memset's time, ns.
+    pub elapsed_ns: u64,
+    /// Throughput, 10⁹ B/s.
+    pub gbps: f64,
+    /// Always true in a written report.
+    pub verified: bool,
+    /// Ring counters over the memset.
+    pub counters: Counters,
+    /// Engine counters over the memset.
+    pub engine: EngineCounters,
+}
 
 /// The guard byte for a memset of `value`: anything else.
 pub fn guard_byte(value: u8) -> u8 {
@@ -42,14 +95,32 @@ pub fn run(opts: BedOpts, a: &MemsetArgs) -> CliResult {
     let before = dev.ring_stats(a.nc).op_ctx(|| "reading ring counters")?;
     let eng_before = emu.engine_stats(eng).unwrap_or_default();
     let t0 = Instant::now();
-    dev.memset(&mc, GUARD, a.value, a.size).op_ctx(|| format!("memset of {} bytes", a.size))?;
+    let r = dev.memset(&mc, GUARD, a.value, a.size);
     let elapsed = t0.elapsed();
+    r.op_ctx(|| format!("memset of {} bytes", a.size))?;
     verify_chunk(emu, &mc, 0, GUARD, Expect::Byte(guard), "guard before the memset window")?;
     verify_chunk(emu, &mc, GUARD, a.size, Expect::Byte(a.value), "memset window")?;
     verify_chunk(emu, &mc, GUARD + a.size, GUARD, Expect::Byte(guard), "guard after the memset window")?;
-    let s = dev.ring_stats(a.nc).op_ctx(|| "reading ring counters")?.since(&before);
-    let e = engine_delta(emu.engine_stats(eng).unwrap_or_default(), eng_before);
-    println!(
+    let counters = Counters::from(&dev.ring_stats(a.nc).op_ctx(|| "reading ring counters")?.since(&before));
+    let engine = EngineCounters::delta(eng, &emu.engine_stats(eng).unwrap_or_default(), &eng_before);
+    let report = MemsetReport {
+        command: "memset",
+        instance: opts.instance.name.into(),
+        arch: dev.dhal().arch().to_string(),
+        nc: a.nc,
+        size: a.size,
+        value: a.value,
+        offset: GUARD,
+        guard_bytes: GUARD,
+        guard_value: guard,
+        elapsed_ns: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+        gbps: gbps(a.size, elapsed),
+        verified: true,
+        counters,
+        engine,
+    };
+    let out = a.json.out();
+    out.say(format_args!(
         "memset of {} bytes ({}) to {:#04x} at offset {GUARD} of a device chunk on {} NC {} — verified: every byte \
          inside is {:#04x}, the {GUARD}-byte guards on both sides still hold {guard:#04x}",
         a.size,
@@ -58,8 +129,9 @@ pub fn run(opts: BedOpts, a: &MemsetArgs) -> CliResult {
         opts.instance.name,
         a.nc,
         a.value
-    );
-    print!("{}", counters_table(&s, Some((eng, &e))));
-    println!("{} bytes in {:.3} ms: {} GB/s", a.size, elapsed.as_secs_f64() * 1e3, fmt_gbps(gbps(a.size, elapsed)));
+    ));
+    out.text(&counters_table(&report.counters, Some(&report.engine)));
+    out.say(format_args!("{} bytes in {:.3} ms: {} GB/s", a.size, elapsed.as_secs_f64() * 1e3, fmt_gbps(report.gbps)));
+    out.wrote(a.json.write(&report)?);
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 pub mod bed;
 pub mod measure;
+pub mod output;
 pub mod pattern;
 pub mod report;
 pub mod size;

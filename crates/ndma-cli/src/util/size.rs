@@ -1,5 +1,12 @@
 //! Byte sizes on the command line: plain bytes or a binary suffix (K/KB/KiB, M/MB/MiB, G/GB/GiB; all powers
 //! of 1024, case-insensitive), and their display.
+//!
+//! The arithmetic is `parse-size`'s (binary units); this module decides which forms are accepted, because
+//! `parse-size` accepts more than a DMA size should be written as (fractions such as `1.5M`, exponents such as
+//! `1e6`, `T`/`P`/`E` units, `_` digit groups), and words the errors.
+
+/// The units `parse-size` is asked to apply: every prefix a power of 1024, `KB` as much as `KiB`.
+const UNITS: parse_size::Config = parse_size::Config::new().with_binary();
 
 /// Parses a size such as `4096`, `4K`, `64KiB`, `256m`, `1G`. Whitespace around the number and between the
 /// number and the suffix is allowed.
@@ -17,27 +24,32 @@ pub fn parse_size(input: &str) -> Result<u64, String> {
              MiB, G, GB or GiB (e.g. 4096, 64K, 256MiB, 1G)"
         ));
     }
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        other => {
-            return Err(format!(
-                "invalid size {input:?}: unknown suffix {other:?} (use K, KB, KiB, M, MB, MiB, G, GB or GiB; all are \
-                 powers of 1024)"
-            ))
+    let suffix = suffix.trim();
+    if !matches!(
+        suffix.to_ascii_lowercase().as_str(),
+        "" | "b" | "k" | "kb" | "kib" | "m" | "mb" | "mib" | "g" | "gb" | "gib"
+    ) {
+        return Err(format!(
+            "invalid size {input:?}: unknown suffix {:?} (use K, KB, KiB, M, MB, MiB, G, GB or GiB; all are \
+             powers of 1024)",
+            suffix.to_ascii_lowercase()
+        ));
+    }
+    UNITS.parse_size(format!("{num}{suffix}")).map_err(|e| match e {
+        parse_size::Error::PosOverflow if num.parse::<u64>().is_err() => {
+            format!("invalid size {input:?}: number too large")
         }
-    };
-    let n: u64 = num.parse().map_err(|_| format!("invalid size {input:?}: number too large"))?;
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("invalid size {input:?}: does not fit in 64 bits"))
+        parse_size::Error::PosOverflow => format!("invalid size {input:?}: does not fit in 64 bits"),
+        // Unreachable for the forms checked above; kept as a message rather than a panic.
+        other => format!("invalid size {input:?}: {other}"),
+    })
 }
 
 /// Clap value parser for sizes.
 ///
 /// # Errors
 ///
-/// As [`parse_size`].
+/// As [`parse_size()`].
 pub fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
@@ -94,6 +106,29 @@ mod tests {
             let err = parse_size(s).expect_err(s);
             assert!(err.contains("invalid size"), "{s:?}: {err}");
         }
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let cases = [
+            ("", "expected a whole number of bytes"),
+            ("1.5M", "unknown suffix \".5m\""),
+            ("4 T", "unknown suffix \"t\""),
+            ("1e6", "unknown suffix \"e6\""),
+            ("1_000", "unknown suffix \"_000\""),
+            ("99999999999999999999", "number too large"),
+            ("17179869184G", "does not fit in 64 bits"),
+        ];
+        for (s, want) in cases {
+            let err = parse_size(s).expect_err(s);
+            assert!(err.starts_with(&format!("invalid size {s:?}: ")) && err.contains(want), "{s:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_largest_sizes_that_fit() {
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_size("17179869183G"), Ok(17_179_869_183 << 30));
     }
 
     #[test]

@@ -1,61 +1,51 @@
-//! Plain-text tables: a header row, a rule, and columns padded to their widest cell.
+//! Plain-text tables (rendered by `comfy-table`): a header row, a rule of `-`, and columns padded to their
+//! widest cell, two spaces apart. No borders, no colour, no wrapping: the output reads the same on a terminal,
+//! in a file and through a pipe, and the tests split its rows on whitespace.
+
+use comfy_table::{CellAlignment, ContentArrangement};
+
+/// The table style, as a `comfy-table` preset (one character per component; a space omits the component):
+/// only the header rule is drawn, made of `-` also across column gaps (its intersections).
+const STYLE: &str = "     --            ";
 
 /// A table being built.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Table {
-    headers: Vec<String>,
+    inner: comfy_table::Table,
     right: Vec<bool>,
-    rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// A table with these columns; a column whose header starts with `>` is right-aligned (the `>` is not
     /// printed).
     pub fn new(headers: &[&str]) -> Self {
-        Table {
-            headers: headers.iter().map(|h| h.trim_start_matches('>').to_string()).collect(),
-            right: headers.iter().map(|h| h.starts_with('>')).collect(),
-            rows: Vec::new(),
-        }
+        let mut inner = comfy_table::Table::new();
+        inner.load_preset(STYLE).set_content_arrangement(ContentArrangement::Disabled);
+        inner.set_header(headers.iter().map(|h| h.trim_start_matches('>')).collect::<Vec<_>>());
+        Table { inner, right: headers.iter().map(|h| h.starts_with('>')).collect() }
     }
 
     /// Appends a row (missing cells print empty).
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.inner.add_row(cells);
     }
 
-    /// The table as text, one line per row, each ending in a newline.
+    /// The table as text, one line per row, each ending in a newline (trailing spaces trimmed).
     pub fn render(&self) -> String {
-        let cols = self.headers.len();
-        let cell = |r: &Vec<String>, c: usize| r.get(c).map_or(0, |s| s.chars().count());
-        let widths: Vec<usize> = (0..cols)
-            .map(|c| self.rows.iter().map(|r| cell(r, c)).max().unwrap_or(0).max(self.headers[c].chars().count()))
-            .collect();
-        let line = |cells: &[String]| {
-            let mut out = String::new();
-            for (c, (&width, &right)) in widths.iter().zip(&self.right).enumerate() {
-                let s = cells.get(c).map_or("", String::as_str);
-                let pad = " ".repeat(width.saturating_sub(s.chars().count()));
-                if c > 0 {
-                    out.push_str("  ");
-                }
-                if right {
-                    out.push_str(&pad);
-                    out.push_str(s);
-                } else {
-                    out.push_str(s);
-                    out.push_str(&pad);
-                }
+        let mut t = self.inner.clone();
+        let cols = self.right.len();
+        for (c, column) in t.column_iter_mut().enumerate() {
+            // Two spaces between columns and none at the edges: one of padding, and the column of the header
+            // rule's intersections (a space on every other line).
+            column.set_padding((0, u16::from(c + 1 < cols)));
+            if self.right.get(c).copied().unwrap_or(false) {
+                column.set_cell_alignment(CellAlignment::Right);
             }
-            let mut out = out.trim_end().to_string();
+        }
+        let mut out = String::new();
+        for line in t.lines() {
+            out.push_str(line.trim_end());
             out.push('\n');
-            out
-        };
-        let mut out = line(&self.headers);
-        out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * cols.saturating_sub(1)));
-        out.push('\n');
-        for r in &self.rows {
-            out.push_str(&line(r));
         }
         out
     }
@@ -75,4 +65,30 @@ pub fn fmt_gbps(g: f64) -> String {
 /// A ratio for a table.
 pub fn fmt_ratio(r: f64) -> String {
     format!("{r:.2}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_a_header_a_rule_and_aligned_columns() {
+        let mut t = Table::new(&["name", ">value", "note"]);
+        t.row(vec!["a".into(), "1".into(), "x".into()]);
+        t.row(vec!["longer".into(), "12345".into()]);
+        let want = "\
+name    value  note
+-------------------
+a           1  x
+longer  12345
+";
+        assert_eq!(t.render(), want);
+    }
+
+    #[test]
+    fn header_cells_align_with_their_columns() {
+        let mut t = Table::new(&[">idx", "flags"]);
+        t.row(vec!["10".into(), "FIRST|LAST".into()]);
+        assert_eq!(t.render(), "idx  flags\n---------------\n 10  FIRST|LAST\n");
+    }
 }
