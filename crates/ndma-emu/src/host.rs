@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use ndma::memory::RangeAllocator;
 
 use crate::lock::lock;
+use crate::shared::SharedRange;
 use crate::{EmuError, MemSpace};
 
 /// First host physical address. Not 0, so a descriptor carrying PA 0 is a wild pointer, not host memory.
@@ -16,7 +17,8 @@ pub const DEFAULT_HOST_DRAM_SIZE: u64 = 64 << 30;
 /// [`udma::DmaMemory`] promises); lengths are rounded up to it internally so ring ends stay aligned.
 pub const HOST_MIN_ALIGN: usize = 256;
 
-/// The system's host DRAM.
+/// The system's host DRAM. It is backed by a memfd, so ranges of it can be shared with other processes
+/// ([`HostMemory::share`]).
 #[derive(Debug)]
 pub struct HostMemory {
     space: MemSpace,
@@ -30,8 +32,17 @@ impl HostMemory {
     ///
     /// As [`MemSpace::new`].
     pub fn new(size: u64) -> Result<Self, EmuError> {
-        let space = MemSpace::new("host DRAM", HOST_DRAM_BASE, size)?;
+        let space = MemSpace::new_shared("host DRAM", HOST_DRAM_BASE, size)?;
         Ok(HostMemory { alloc: Mutex::new(RangeAllocator::new(HOST_DRAM_BASE, size)), space })
+    }
+
+    /// `[pa, pa + len)` as another process can map it (memfd + offset).
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] if the range is not inside host DRAM.
+    pub fn share(&self, pa: u64, len: u64) -> Result<SharedRange<'_>, EmuError> {
+        self.space.share(pa, len)
     }
 
     /// The underlying space (physical-address read/write/fill for tests).
@@ -108,6 +119,17 @@ unsafe impl udma::DmaMemory for HostBuf {
     }
     fn phys_addr(&self) -> u64 {
         self.pa
+    }
+}
+
+impl HostBuf {
+    /// This buffer as another process can map it (memfd + offset, see [`crate::shared`]).
+    ///
+    /// # Errors
+    ///
+    /// Only if host DRAM were not shareable, which [`HostMemory::new`] rules out.
+    pub fn share(&self) -> Result<SharedRange<'_>, EmuError> {
+        self.mem.space.share(self.pa, self.len as u64)
     }
 }
 

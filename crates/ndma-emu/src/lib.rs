@@ -10,7 +10,8 @@
 //! - `addr_map`: how an engine address selects host DRAM or HBM;
 //! - `bar0`: register decode and storage; `engine`: descriptor execution; `worker`: the threaded policy;
 //! - [`ordering`]: the fabric ordering model; [`faults`]: recorded faults and the fault plan;
-//! - [`system`]: configuration and the instance; [`stats`]: counters; `trace`: an optional engine timeline.
+//! - [`system`]: configuration and the instance; [`stats`]: counters; `trace`: an optional engine timeline;
+//! - [`shared`]: host memory mapped by another process (memfd + offset).
 #![warn(missing_docs)]
 
 mod addr_map;
@@ -28,6 +29,7 @@ pub mod memory;
 mod nc_reset;
 pub mod ordering;
 mod platform;
+pub mod shared;
 pub mod stats;
 pub mod system;
 mod testbed;
@@ -47,6 +49,7 @@ pub use memory::MemSpace;
 pub use nc_reset::JiffiesClock;
 pub use ordering::OrderingMode;
 pub use platform::{ClockKind, EmuPlatform, HZ};
+pub use shared::{SharedMapping, SharedRange};
 pub use stats::EngineStats;
 pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};
 pub use testbed::{device_hw, Testbed, TestbedConfig, TestbedError};
