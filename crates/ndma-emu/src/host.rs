@@ -1,12 +1,13 @@
 //! Host DRAM: one per system, physical addresses `[HOST_DRAM_BASE, HOST_DRAM_BASE + size)`, with a
 //! thread-safe allocator handing out [`HostBuf`]s the op layer uses as [`udma::DmaMemory`].
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ndma::memory::RangeAllocator;
 
 use crate::lock::lock;
 use crate::shared::SharedRange;
+use crate::user::FrameTable;
 use crate::{EmuError, MemSpace};
 
 /// First host physical address. Not 0, so a descriptor carrying PA 0 is a wild pointer, not host memory.
@@ -18,11 +19,13 @@ pub const DEFAULT_HOST_DRAM_SIZE: u64 = 64 << 30;
 pub const HOST_MIN_ALIGN: usize = 256;
 
 /// The system's host DRAM. It is backed by a memfd, so ranges of it can be shared with other processes
-/// ([`HostMemory::share`]).
+/// ([`HostMemory::share`]); user address spaces take their 4 KiB frames from the same allocator as host
+/// buffers and account pins in [`HostMemory::frames`].
 #[derive(Debug)]
 pub struct HostMemory {
     space: MemSpace,
     alloc: Mutex<RangeAllocator>,
+    frames: FrameTable,
 }
 
 impl HostMemory {
@@ -33,7 +36,16 @@ impl HostMemory {
     /// As [`MemSpace::new`].
     pub fn new(size: u64) -> Result<Self, EmuError> {
         let space = MemSpace::new_shared("host DRAM", HOST_DRAM_BASE, size)?;
-        Ok(HostMemory { alloc: Mutex::new(RangeAllocator::new(HOST_DRAM_BASE, size)), space })
+        Ok(HostMemory {
+            alloc: Mutex::new(RangeAllocator::new(HOST_DRAM_BASE, size)),
+            space,
+            frames: FrameTable::default(),
+        })
+    }
+
+    /// The user-page frames taken from this DRAM: pin counts, dirty flags, the leak check.
+    pub fn frames(&self) -> &FrameTable {
+        &self.frames
     }
 
     /// `[pa, pa + len)` as another process can map it (memfd + offset).
@@ -43,6 +55,11 @@ impl HostMemory {
     /// [`EmuError::OutOfBounds`] if the range is not inside host DRAM.
     pub fn share(&self, pa: u64, len: u64) -> Result<SharedRange<'_>, EmuError> {
         self.space.share(pa, len)
+    }
+
+    /// The allocator, locked (user-page frame placement allocates and frees through it directly).
+    pub(crate) fn allocator(&self) -> MutexGuard<'_, RangeAllocator> {
+        lock(&self.alloc)
     }
 
     /// The underlying space (physical-address read/write/fill for tests).

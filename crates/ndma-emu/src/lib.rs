@@ -11,6 +11,7 @@
 //! - `bar0`: register decode and storage; `engine`: descriptor execution; `worker`: the threaded policy;
 //! - [`ordering`]: the fabric ordering model; [`faults`]: recorded faults and the fault plan;
 //! - [`system`]: configuration and the instance; [`stats`]: counters; `trace`: an optional engine timeline;
+//! - [`user`]: user address spaces (page tables over host-DRAM frames, pinning) for zero-copy;
 //! - [`shared`]: host memory mapped by another process (memfd + offset).
 #![warn(missing_docs)]
 
@@ -34,6 +35,7 @@ pub mod stats;
 pub mod system;
 mod testbed;
 mod trace;
+pub mod user;
 mod worker;
 
 pub use addr_map::Space;
@@ -43,6 +45,7 @@ pub use error::EmuError;
 pub use faults::{
     CorruptField, CorruptOutcome, CorruptionReport, DmaFault, FaultKind, FaultPlan, PlannedFault, QUEUE_STATUS_HALTED,
 };
+pub use faults::{PinFault, PinFaultPlan, PinPath};
 pub use hbm::{HbmRange, DEFAULT_HBM_SIZE_V2, DEFAULT_HBM_SIZE_V3, HBM_BASE};
 pub use host::{HostBuf, HostMemory, DEFAULT_HOST_DRAM_SIZE, HOST_DRAM_BASE};
 pub use memory::MemSpace;
@@ -54,3 +57,4 @@ pub use stats::EngineStats;
 pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};
 pub use testbed::{device_hw, Testbed, TestbedConfig, TestbedError};
 pub use trace::{EngineEvent, EngineEventKind};
+pub use user::{AddressSpace, LeakCheck, MapSpec, MmError, Placement};
