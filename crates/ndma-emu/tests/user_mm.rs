@@ -518,3 +518,20 @@ fn bad_mapping_requests_are_refused() {
     drop(mm);
     assert_clean(&host);
 }
+
+#[test]
+fn frames_pinned_when_the_last_reference_drops_are_freed_by_an_unpin_without_the_mm() {
+    let host = host();
+    let free0 = host.free_bytes();
+    let mm = AddressSpace::new(&host, 115);
+    let va = mm.map(&MapSpec::new(4, Placement::Contiguous)).unwrap();
+    let mut pinned = Vec::new();
+    mm.pin_pages_fast(va, 2, true, &mut pinned).unwrap();
+    drop(mm);
+    assert_eq!(host.free_bytes(), free0 - 2 * PAGE, "the drop freed only the unpinned frames");
+    assert_eq!(host.frames().leak_check().orphaned_frames, 2);
+    ndma_emu::user::unpin_user_pages(&host, &pinned, true);
+    assert_eq!(host.free_bytes(), free0);
+    ndma_emu::user::unpin_user_pages(&host, &pinned[..1], false);
+    assert_eq!(host.frames().leak_check().bad_unpins, 1, "a second unpin is refused and counted");
+}

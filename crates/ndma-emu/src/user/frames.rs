@@ -54,9 +54,15 @@ impl LeakCheck {
 }
 
 /// The user frames of one host DRAM.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct FrameTable {
     inner: Mutex<Frames>,
+}
+
+impl core::fmt::Debug for FrameTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "FrameTable({:?})", self.leak_check())
+    }
 }
 
 impl FrameTable {
@@ -146,9 +152,9 @@ impl Frames {
         }
     }
 
-    /// Drops one pin `owner` holds on `pa`, marking the frame dirty when `dirty`.
-    pub(crate) fn unpin(&mut self, pa: u64, owner: u64, dirty: bool) -> Unpinned {
-        let Some(f) = self.map.get_mut(&pa).filter(|f| f.owner == owner && f.pins > 0) else {
+    /// Drops one pin on `pa` — one that `owner` holds, when given — marking the frame dirty when `dirty`.
+    pub(crate) fn unpin(&mut self, pa: u64, owner: Option<u64>, dirty: bool) -> Unpinned {
+        let Some(f) = self.map.get_mut(&pa).filter(|f| owner.is_none_or(|o| o == f.owner) && f.pins > 0) else {
             self.bad_unpins += 1;
             return Unpinned::Refused;
         };
@@ -195,10 +201,10 @@ mod tests {
         f.pin(0x1000);
         f.pin(0x1000);
         assert!(!f.unmap(0x1000), "pinned: kept");
-        assert_eq!(f.unpin(0x1000, 7, false), Unpinned::Kept);
-        assert_eq!(f.unpin(0x1000, 8, false), Unpinned::Refused, "another owner");
-        assert_eq!(f.unpin(0x1000, 7, true), Unpinned::Free);
-        assert_eq!(f.unpin(0x1000, 7, false), Unpinned::Refused, "gone");
+        assert_eq!(f.unpin(0x1000, Some(7), false), Unpinned::Kept);
+        assert_eq!(f.unpin(0x1000, Some(8), false), Unpinned::Refused, "another owner");
+        assert_eq!(f.unpin(0x1000, None, true), Unpinned::Free);
+        assert_eq!(f.unpin(0x1000, Some(7), false), Unpinned::Refused, "gone");
         drop(f);
         assert_eq!(t.leak_check(), LeakCheck { bad_unpins: 2, ..LeakCheck::default() });
         assert!(!t.leak_check().is_clean());
@@ -212,7 +218,7 @@ mod tests {
         f.pin(0x2000);
         drop(f);
         assert_eq!(t.leak_check().pinned_frames, 1);
-        assert_eq!(t.lock().unpin(0x2000, 1, true), Unpinned::Kept, "still mapped");
+        assert_eq!(t.lock().unpin(0x2000, Some(1), true), Unpinned::Kept, "still mapped");
         assert_eq!(t.info(0x2000), Some(FrameInfo { pins: 0, dirty: true, mapped: true }));
         assert!(t.lock().unmap(0x2000));
         assert_eq!(t.info(0x2000), None);

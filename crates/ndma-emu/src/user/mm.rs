@@ -97,7 +97,6 @@ pub(crate) struct MmState {
 }
 
 /// A user address space. See the module documentation.
-#[derive(Debug)]
 pub struct AddressSpace {
     id: u64,
     pid: u32,
@@ -357,16 +356,33 @@ impl AddressSpace {
         self.free_frames(&free);
     }
 
-    /// Gives frames back to host DRAM.
-    pub(crate) fn free_frames(&self, frames: &[u64]) {
-        if frames.is_empty() {
-            return;
-        }
-        let mut a = self.host.allocator();
-        for_each_run(frames, |pa, len| {
-            let freed = a.free(pa, len);
-            debug_assert!(freed, "frame run {pa:#x}+{len:#x} freed twice");
-        });
+    fn free_frames(&self, frames: &[u64]) {
+        free_frames(&self.host, frames);
+    }
+}
+
+/// Gives frames back to host DRAM.
+pub(crate) fn free_frames(host: &HostMemory, frames: &[u64]) {
+    if frames.is_empty() {
+        return;
+    }
+    let mut a = host.allocator();
+    for_each_run(frames, |pa, len| {
+        let freed = a.free(pa, len);
+        debug_assert!(freed, "frame run {pa:#x}+{len:#x} freed twice");
+    });
+}
+
+impl core::fmt::Debug for AddressSpace {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let st = self.lock();
+        write!(
+            f,
+            "AddressSpace(pid {}, {} pages mapped{})",
+            self.pid,
+            st.ptes.len(),
+            if st.exited { ", exited" } else { "" }
+        )
     }
 }
 

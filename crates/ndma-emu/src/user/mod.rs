@@ -23,5 +23,5 @@ pub use current::{current, EnterGuard};
 pub use error::MmError;
 pub use frames::{FrameInfo, FrameTable, LeakCheck};
 pub use mm::{AddressSpace, MapSpec, PageInfo, USER_VA_BASE};
-pub use pin::PinStats;
+pub use pin::{unpin_user_pages, PinStats};
 pub use placement::Placement;

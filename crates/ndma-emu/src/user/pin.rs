@@ -20,9 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ndma::{NdmaError, UserMm};
 
 use super::frames::Unpinned;
+use super::mm::free_frames;
 use super::placement::PAGE;
 use super::AddressSpace;
 use crate::faults::{PinFaultAction, PinPath};
+use crate::HostMemory;
 
 /// Pin activity of one address space, as counted so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -159,15 +161,28 @@ impl UserMm for AddressSpace {
         if dirty {
             bump(&self.counters.dirty_unpins, pages.len() as u64);
         }
-        let mut free = Vec::new();
-        {
-            let mut table = self.host().frames().lock();
-            for &pa in pages {
-                if table.unpin(pa, self.id(), dirty) == Unpinned::Free {
-                    free.push(pa);
-                }
+        unpin(self.host(), pages, Some(self.id()), dirty);
+    }
+}
+
+/// `unpin_user_pages[_dirty_lock]` as the kernel has it: by frame alone, with no address space — what a
+/// `Platform` method that unpins without the `mm` would call. Works for frames of any address space on
+/// `host`, exited or dropped; an unpin of a frame that is not pinned is ignored and counted
+/// ([`super::LeakCheck::bad_unpins`]).
+pub fn unpin_user_pages(host: &HostMemory, pages: &[u64], dirty: bool) {
+    unpin(host, pages, None, dirty);
+}
+
+/// Drops one pin per page (held by `owner`, when given) and frees frames whose last pin that was.
+fn unpin(host: &HostMemory, pages: &[u64], owner: Option<u64>, dirty: bool) {
+    let mut free = Vec::new();
+    {
+        let mut table = host.frames().lock();
+        for &pa in pages {
+            if table.unpin(pa, owner, dirty) == Unpinned::Free {
+                free.push(pa);
             }
         }
-        self.free_frames(&free);
     }
+    free_frames(host, &free);
 }
