@@ -1,7 +1,9 @@
-//! What went wrong on an engine ([`DmaFault`]) and what the test wants to go wrong ([`FaultPlan`]).
+//! What went wrong on an engine ([`DmaFault`]) and what the test wants to go wrong ([`FaultPlan`]), plus
+//! what the test wants to go wrong when the driver pins user pages ([`PinFaultPlan`]).
 //!
 //! The plan is per device and deterministic: the only randomness (which bit a [`PlannedFault::Corrupt`]
-//! flips) comes from a ChaCha stream seeded from the system seed and the device index.
+//! flips) comes from a ChaCha stream seeded from the system seed and the device index. The pin plan is
+//! per user address space (pins belong to a process, not a device) and has no randomness at all.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -406,9 +408,152 @@ impl FaultPlan {
     }
 }
 
+/// The two ways the kernel pins user pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinPath {
+    /// `pin_user_pages_fast`: lockless, may come back short.
+    Fast,
+    /// `pin_user_pages` / `pin_user_pages_remote`: under the mmap lock, local or through a captured mm.
+    Slow,
+}
+
+/// A pin failure to inject into a user address space (`AddressSpace::pin_faults`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinFault {
+    /// The `nth` pin call (0-based, counted from when the entry is added, over the calls on `path`, or over
+    /// all calls when `None`) fails with `errno` before pinning anything. One-shot.
+    Fail {
+        /// The path whose calls count, or every call.
+        path: Option<PinPath>,
+        /// Which call.
+        nth: u64,
+        /// The negative errno to fail with (a positive value is negated).
+        errno: i32,
+    },
+    /// The `nth` fast pin (0-based, counted from when the entry is added) stops after `pages` pages (at
+    /// least 1: the kernel never returns 0 for a non-empty request) although every page could be pinned: a
+    /// short pin, which the caller undoes and retries on the slow path. One-shot.
+    Short {
+        /// Which fast call.
+        nth: u64,
+        /// Pages it pins at most.
+        pages: usize,
+    },
+}
+
+impl PinFault {
+    fn counts(&self, path: PinPath) -> bool {
+        match *self {
+            PinFault::Fail { path: p, .. } => p.is_none_or(|p| p == path),
+            PinFault::Short { .. } => path == PinPath::Fast,
+        }
+    }
+}
+
+/// What a pin call must do because of the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PinFaultAction {
+    /// Fail with this (negative) errno, pinning nothing.
+    Fail(i32),
+    /// Pin at most this many pages (≥ 1).
+    Short(usize),
+}
+
+/// A per-address-space plan of pin faults. Cheap to consult when empty (one relaxed atomic load per call).
+#[derive(Debug, Default)]
+pub struct PinFaultPlan {
+    active: AtomicBool,
+    entries: Mutex<Vec<PinEntry>>,
+}
+
+impl PinFaultPlan {
+    /// Adds `fault` to the plan; its call count starts now.
+    pub fn add(&self, fault: PinFault) {
+        let mut e = lock(&self.entries);
+        e.push(PinEntry { fault, seen: 0 });
+        // Relaxed: the flag only lets a pin skip the lock; the entries are read under the mutex.
+        self.active.store(true, Ordering::Relaxed);
+    }
+
+    /// Removes every entry.
+    pub fn clear(&self) {
+        let mut e = lock(&self.entries);
+        e.clear();
+        // Relaxed: see `add`.
+        self.active.store(false, Ordering::Relaxed);
+    }
+
+    /// The entries that have not fired yet.
+    pub fn entries(&self) -> Vec<PinFault> {
+        lock(&self.entries).iter().map(|e| e.fault).collect()
+    }
+
+    /// Counts one pin call on `path` and returns what the plan makes of it. Every entry the call fires is
+    /// consumed; a failure wins over a short pin.
+    pub(crate) fn on_pin(&self, path: PinPath) -> Option<PinFaultAction> {
+        // Relaxed: a hint; the decision is made under the lock.
+        if !self.active.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut entries = lock(&self.entries);
+        let mut action = None;
+        entries.retain_mut(|e| {
+            if !e.fault.counts(path) {
+                return true;
+            }
+            let fires = e.seen == e.fault_nth();
+            e.seen += 1;
+            if fires {
+                action = match (action, e.fault) {
+                    (Some(PinFaultAction::Fail(errno)), _) => Some(PinFaultAction::Fail(errno)),
+                    (_, PinFault::Fail { errno, .. }) => Some(PinFaultAction::Fail(-errno.abs())),
+                    (_, PinFault::Short { pages, .. }) => Some(PinFaultAction::Short(pages.max(1))),
+                };
+            }
+            !fires
+        });
+        // Relaxed: see `add`.
+        self.active.store(!entries.is_empty(), Ordering::Relaxed);
+        action
+    }
+}
+
+/// A pin fault and how many of the calls it counts it has seen.
+#[derive(Debug)]
+struct PinEntry {
+    fault: PinFault,
+    seen: u64,
+}
+
+impl PinEntry {
+    fn fault_nth(&self) -> u64 {
+        match self.fault {
+            PinFault::Fail { nth, .. } | PinFault::Short { nth, .. } => nth,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pin_faults_count_their_own_calls_and_fire_once() {
+        let p = PinFaultPlan::default();
+        assert_eq!(p.on_pin(PinPath::Fast), None);
+        p.add(PinFault::Fail { path: Some(PinPath::Slow), nth: 1, errno: 12 });
+        p.add(PinFault::Short { nth: 2, pages: 0 });
+        p.add(PinFault::Fail { path: None, nth: 3, errno: -5 });
+        assert_eq!(p.on_pin(PinPath::Slow), None, "slow #0, any #0");
+        assert_eq!(p.on_pin(PinPath::Fast), None, "fast #0, any #1");
+        assert_eq!(p.on_pin(PinPath::Fast), None, "fast #1, any #2");
+        // slow #1 fires the first entry and is any #3, which fires the third: one failure wins.
+        assert_eq!(p.on_pin(PinPath::Slow), Some(PinFaultAction::Fail(-12)));
+        assert_eq!(p.entries(), vec![PinFault::Short { nth: 2, pages: 0 }]);
+        assert_eq!(p.on_pin(PinPath::Fast), Some(PinFaultAction::Short(1)), "fast #2; 0 pages means 1");
+        assert_eq!(p.entries(), vec![]);
+        assert_eq!(p.on_pin(PinPath::Fast), None);
+    }
 
     #[test]
     fn faults_read_well() {

@@ -1,11 +1,13 @@
 //! Host DRAM: one per system, physical addresses `[HOST_DRAM_BASE, HOST_DRAM_BASE + size)`, with a
 //! thread-safe allocator handing out [`HostBuf`]s the op layer uses as [`udma::DmaMemory`].
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use range_allocator::RangeAllocator;
 
 use crate::lock::lock;
+use crate::shared::SharedRange;
+use crate::user::FrameTable;
 use crate::{EmuError, MemSpace};
 
 /// First host physical address. Not 0, so a descriptor carrying PA 0 is a wild pointer, not host memory.
@@ -16,11 +18,14 @@ pub const DEFAULT_HOST_DRAM_SIZE: u64 = 64 << 30;
 /// [`udma::DmaMemory`] promises); lengths are rounded up to it internally so ring ends stay aligned.
 pub const HOST_MIN_ALIGN: usize = 256;
 
-/// The system's host DRAM.
+/// The system's host DRAM. It is backed by a memfd, so ranges of it can be shared with other processes
+/// ([`HostMemory::share`]); user address spaces take their 4 KiB frames from the same allocator as host
+/// buffers and account pins in [`HostMemory::frames`].
 #[derive(Debug)]
 pub struct HostMemory {
     space: MemSpace,
     alloc: Mutex<RangeAllocator>,
+    frames: FrameTable,
 }
 
 impl HostMemory {
@@ -30,8 +35,31 @@ impl HostMemory {
     ///
     /// As [`MemSpace::new`].
     pub fn new(size: u64) -> Result<Self, EmuError> {
-        let space = MemSpace::new("host DRAM", HOST_DRAM_BASE, size)?;
-        Ok(HostMemory { alloc: Mutex::new(RangeAllocator::new(HOST_DRAM_BASE, size)), space })
+        let space = MemSpace::new_shared("host DRAM", HOST_DRAM_BASE, size)?;
+        Ok(HostMemory {
+            alloc: Mutex::new(RangeAllocator::new(HOST_DRAM_BASE, size)),
+            space,
+            frames: FrameTable::default(),
+        })
+    }
+
+    /// The user-page frames taken from this DRAM: pin counts, dirty flags, the leak check.
+    pub fn frames(&self) -> &FrameTable {
+        &self.frames
+    }
+
+    /// `[pa, pa + len)` as another process can map it (memfd + offset).
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] if the range is not inside host DRAM.
+    pub fn share(&self, pa: u64, len: u64) -> Result<SharedRange<'_>, EmuError> {
+        self.space.share(pa, len)
+    }
+
+    /// The allocator, locked (user-page frame placement allocates and frees through it directly).
+    pub(crate) fn allocator(&self) -> MutexGuard<'_, RangeAllocator> {
+        lock(&self.alloc)
     }
 
     /// The underlying space (physical-address read/write/fill for tests).
@@ -108,6 +136,17 @@ unsafe impl udma::DmaMemory for HostBuf {
     }
     fn phys_addr(&self) -> u64 {
         self.pa
+    }
+}
+
+impl HostBuf {
+    /// This buffer as another process can map it (memfd + offset, see [`crate::shared`]).
+    ///
+    /// # Errors
+    ///
+    /// Only if host DRAM were not shareable, which [`HostMemory::new`] rules out.
+    pub fn share(&self) -> Result<SharedRange<'_>, EmuError> {
+        self.mem.space.share(self.pa, self.len as u64)
     }
 }
 

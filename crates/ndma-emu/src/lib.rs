@@ -10,7 +10,9 @@
 //! - `addr_map`: how an engine address selects host DRAM or HBM;
 //! - `bar0`: register decode and storage; `engine`: descriptor execution; `worker`: the threaded policy;
 //! - [`ordering`]: the fabric ordering model; [`faults`]: recorded faults and the fault plan;
-//! - [`system`]: configuration and the instance; [`stats`]: counters; `trace`: an optional engine timeline.
+//! - [`system`]: configuration and the instance; [`stats`]: counters; `trace`: an optional engine timeline;
+//! - [`user`]: user address spaces (page tables over host-DRAM frames, pinning) for zero-copy;
+//! - [`shared`]: host memory mapped by another process (memfd + offset).
 #![warn(missing_docs)]
 
 mod addr_map;
@@ -28,10 +30,12 @@ pub mod memory;
 mod nc_reset;
 pub mod ordering;
 mod platform;
+pub mod shared;
 pub mod stats;
 pub mod system;
 mod testbed;
 mod trace;
+pub mod user;
 mod worker;
 
 pub use addr_map::Space;
@@ -41,13 +45,16 @@ pub use error::EmuError;
 pub use faults::{
     CorruptField, CorruptOutcome, CorruptionReport, DmaFault, FaultKind, FaultPlan, PlannedFault, QUEUE_STATUS_HALTED,
 };
+pub use faults::{PinFault, PinFaultPlan, PinPath};
 pub use hbm::{HbmRange, DEFAULT_HBM_SIZE_V2, DEFAULT_HBM_SIZE_V3, HBM_BASE};
 pub use host::{HostBuf, HostMemory, DEFAULT_HOST_DRAM_SIZE, HOST_DRAM_BASE};
 pub use memory::MemSpace;
 pub use nc_reset::JiffiesClock;
 pub use ordering::OrderingMode;
 pub use platform::{ClockKind, EmuPlatform, HZ};
+pub use shared::{SharedMapping, SharedRange};
 pub use stats::EngineStats;
 pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};
 pub use testbed::{device_hw, Testbed, TestbedConfig, TestbedError};
 pub use trace::{EngineEvent, EngineEventKind};
+pub use user::{AddressSpace, LeakCheck, MapSpec, MmError, Placement};

@@ -1,8 +1,17 @@
-//! A physical memory space (host DRAM or one device's HBM): one anonymous, lazily committed mapping
-//! addressed by physical address, with bounds-checked CPU access and memcpy-speed copies.
+//! A physical memory space (host DRAM or one device's HBM): one lazily committed mapping addressed by
+//! physical address, with bounds-checked CPU access and memcpy-speed copies.
 //!
 //! The mapping is created with `MAP_NORESERVE`, so the kernel commits a page only when it is first touched:
 //! 16 devices × 96 GiB of HBM cost address space, not RAM.
+//!
+//! # Backing
+//!
+//! A space is either private anonymous memory ([`MemSpace::new`], HBM: only this process reaches it) or a
+//! `memfd` mapped `MAP_SHARED` ([`MemSpace::new_shared`], host DRAM): another process can map any range of
+//! it by file descriptor and offset ([`MemSpace::share`], [`crate::shared::SharedMapping`]), as a runtime
+//! maps a driver's host chunk. A memfd is a sparse tmpfs file created without an up-front commit, so the
+//! shared space is as lazily committed as the anonymous one (one difference: a *read* fault on a never
+//! written shared page allocates it, where anonymous memory maps the zero page).
 //!
 //! # Aliasing
 //!
@@ -10,10 +19,13 @@
 //! write through raw pointers, as a device and a CPU share physical memory; who may touch which bytes when is
 //! decided by the DMA protocol (doorbell release, marker acquire), exactly as with real hardware.
 
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr;
 
 use memmap2::{MmapMut, MmapOptions};
 
+use crate::shared::SharedRange;
 use crate::EmuError;
 
 /// One contiguous physical memory space `[base, base + size)`.
@@ -24,6 +36,8 @@ pub struct MemSpace {
     ptr: *mut u8,
     // Keeps the mapping alive for as long as `ptr` is used; never accessed through `&mut`.
     _map: MmapMut,
+    /// The memfd behind a shared space (offset 0 = `base`); `None` for anonymous memory.
+    file: Option<File>,
 }
 
 // SAFETY: `MemSpace` is a pointer into an anonymous mapping it owns. The mapping lives as long as the value
@@ -42,23 +56,71 @@ impl MemSpace {
     /// [`EmuError::InvalidConfig`] for a zero size, a size that does not fit the address space or a range
     /// that overflows; [`EmuError::Map`] when the kernel refuses the mapping.
     pub fn new(what: &'static str, base: u64, size: u64) -> Result<Self, EmuError> {
-        if size == 0 {
-            return Err(EmuError::InvalidConfig("a memory space cannot be empty"));
-        }
-        if base.checked_add(size).is_none() {
-            return Err(EmuError::InvalidConfig("a memory space overflows the physical address range"));
-        }
-        let len = usize::try_from(size)
-            .ok()
-            .filter(|&l| l <= isize::MAX as usize)
-            .ok_or(EmuError::InvalidConfig("a memory space is larger than the host address space"))?;
+        let len = Self::checked_len(base, size)?;
         let mut map = MmapOptions::new().len(len).no_reserve_swap().map_anon().map_err(|source| EmuError::Map {
             what,
             len: size,
             source,
         })?;
         let ptr = map.as_mut_ptr();
-        Ok(MemSpace { what, base, size, ptr, _map: map })
+        Ok(MemSpace { what, base, size, ptr, _map: map, file: None })
+    }
+
+    /// As [`MemSpace::new`], but backed by a `memfd` mapped `MAP_SHARED`, so other processes can map ranges
+    /// of it ([`MemSpace::share`]). Byte `pa` of the space is byte `pa - base` of the file.
+    ///
+    /// # Errors
+    ///
+    /// As [`MemSpace::new`]; [`EmuError::Map`] also when the memfd cannot be created or sized.
+    pub fn new_shared(what: &'static str, base: u64, size: u64) -> Result<Self, EmuError> {
+        let len = Self::checked_len(base, size)?;
+        let map_err = |source| EmuError::Map { what, len: size, source };
+        // SAFETY: the name is a NUL-terminated C string literal; memfd_create has no other preconditions.
+        let fd = unsafe { libc::memfd_create(c"ndma host DRAM".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(map_err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` is a freshly created descriptor nothing else owns.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        // A sparse file: sizing it commits nothing.
+        file.set_len(size).map_err(map_err)?;
+        // SAFETY: the file is a memfd only this value (and the processes it is explicitly shared with) can
+        // reach, and it is never truncated while mapped. The mapping is accessed only through raw pointers
+        // under the DMA protocol (module doc), never as a Rust slice another mapping could change under us.
+        let mut map = unsafe { MmapOptions::new().len(len).no_reserve_swap().map_mut(&file) }.map_err(map_err)?;
+        let ptr = map.as_mut_ptr();
+        Ok(MemSpace { what, base, size, ptr, _map: map, file: Some(file) })
+    }
+
+    /// Validates `[base, base + size)` and returns `size` as a mapping length.
+    fn checked_len(base: u64, size: u64) -> Result<usize, EmuError> {
+        if size == 0 {
+            return Err(EmuError::InvalidConfig("a memory space cannot be empty"));
+        }
+        if base.checked_add(size).is_none() {
+            return Err(EmuError::InvalidConfig("a memory space overflows the physical address range"));
+        }
+        usize::try_from(size)
+            .ok()
+            .filter(|&l| l <= isize::MAX as usize)
+            .ok_or(EmuError::InvalidConfig("a memory space is larger than the host address space"))
+    }
+
+    /// The memfd behind a shared space (`None` for an anonymous one).
+    pub fn shared_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.file.as_ref().map(|f| f.as_fd())
+    }
+
+    /// `[pa, pa + len)` as another process can map it: the memfd and the offset of `pa` in it.
+    ///
+    /// # Errors
+    ///
+    /// [`EmuError::OutOfBounds`] if the range is not entirely inside the space; [`EmuError::InvalidConfig`]
+    /// if the space is anonymous (built by [`MemSpace::new`]).
+    pub fn share(&self, pa: u64, len: u64) -> Result<SharedRange<'_>, EmuError> {
+        let off = self.checked(pa, len)?;
+        let fd = self.shared_fd().ok_or(EmuError::InvalidConfig("this memory space is not shareable"))?;
+        Ok(SharedRange { fd, offset: off as u64, len, pa })
     }
 
     /// What this space is ("host DRAM", "HBM").
@@ -156,7 +218,8 @@ impl MemSpace {
 
 impl core::fmt::Debug for MemSpace {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "MemSpace({} [{:#x}, +{:#x}))", self.what, self.base, self.size)
+        let backing = if self.file.is_some() { "memfd" } else { "anonymous" };
+        write!(f, "MemSpace({} [{:#x}, +{:#x}), {backing})", self.what, self.base, self.size)
     }
 }
 

@@ -148,6 +148,10 @@ impl Platform for EmuPlatform {
         buf.fill(0, len, 0).map_err(NdmaError::from)?;
         Ok(Arc::new(buf))
     }
+
+    fn current_mm(&self) -> Option<Arc<dyn ndma::UserMm>> {
+        crate::user::current_mm_on(&self.host)
+    }
 }
 
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds (tick resolution, a few ns to read).
