@@ -64,6 +64,8 @@ pub struct NeuronDevice {
     pub(crate) completion_thread: CompletionThread,
     /// This device as its system holds it (for the completion thread).
     self_ref: OnceLock<Weak<NeuronDevice>>,
+    /// Pages the zero-copy queues of this device may each hold pinned.
+    pub(crate) zc_pin_budget: std::sync::atomic::AtomicU64,
 }
 
 impl NeuronDevice {
@@ -117,6 +119,7 @@ impl NeuronDevice {
             zerocopy_trn1_override: AtomicBool::new(false),
             completion_thread: CompletionThread::default(),
             self_ref: OnceLock::new(),
+            zc_pin_budget: std::sync::atomic::AtomicU64::new(crate::zerocopy::NDMA_CTX_QUEUE_MAX_PINNED_PAGES),
         })
     }
 

@@ -18,7 +18,7 @@ use super::cq::{CompletionQueue, CqEntry, NDMA_H2D_COMPL_QUEUE_SIZE};
 use super::pin::pin_remote;
 use super::queue::CtxQueue;
 use super::sizing::{descs_available, should_wait};
-use super::{NDMA_CTX_QUEUE_DEFAULT_CAPACITY, NDMA_CTX_QUEUE_MAX_PINNED_PAGES, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
+use super::{NDMA_CTX_QUEUE_DEFAULT_CAPACITY, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
 use crate::classic::marker::add_completion_desc;
 use crate::classic::wait::{wait_marker, MarkerWait};
 use crate::classic::RingGuard;
@@ -46,7 +46,7 @@ impl ZcRing {
         let completion_dma = completion.phys_addr() | dev.dhal.pci_host_base();
         let cq_chunk: Arc<MemChunk> = dev.alloc_host(NDMA_H2D_COMPL_QUEUE_SIZE as u64, nc)?;
         Ok(ZcRing {
-            queue: CtxQueue::new(NDMA_CTX_QUEUE_DEFAULT_CAPACITY),
+            queue: CtxQueue::new(NDMA_CTX_QUEUE_DEFAULT_CAPACITY, dev.zerocopy_pin_budget()),
             completion,
             completion_dma,
             cq: CompletionQueue::new(cq_chunk)?,
@@ -248,7 +248,7 @@ impl RingGuard<'_> {
                 continue;
             }
             let n = u64::from(c.nr_pages);
-            if q.nr_pinned_pages() + n > NDMA_CTX_QUEUE_MAX_PINNED_PAGES {
+            if !q.can_pin(n) {
                 break;
             }
             let (pid, va, device_writes) = (c.pid, c.host_addr & !(PAGE_SIZE - 1), !c.to_device);
@@ -305,7 +305,8 @@ impl RingGuard<'_> {
         let mut thr = NDMA_ZC_DESC_WAIT_THRESHOLD_LO;
         loop {
             let q = &self.inner.zc.as_ref().expect("checked").queue;
-            let must = p.retired == 0 || should_wait(q.nr_pinned_pages(), q.is_full(), self.ring_available(), &mut thr);
+            let avail = self.ring_available();
+            let must = p.retired == 0 || should_wait(q.nr_pinned_pages(), q.pin_budget(), q.is_full(), avail, &mut thr);
             // Sequence-0 pieces belong to a synchronous submit, which holds the lock: none is queued here.
             if !must || !matches!(self.zc_retire_one(), Ok(true)) {
                 break;

@@ -34,14 +34,28 @@ pub(crate) struct CtxQueue {
     fu: u32,
     /// Pages held pinned by contexts in the queue (the pin budget's use).
     nr_pinned_pages: u64,
+    /// The most pages the queue may hold pinned (`NDMA_CTX_QUEUE_MAX_PINNED_PAGES`).
+    pin_budget: u64,
+    /// The most pages it ever held pinned at once.
+    peak_pinned_pages: u64,
 }
 
 impl CtxQueue {
     /// An empty queue of `capacity` slots (a power of two; one slot always stays free).
-    pub(crate) fn new(capacity: u32) -> CtxQueue {
+    pub(crate) fn new(capacity: u32, pin_budget: u64) -> CtxQueue {
         assert!(capacity.is_power_of_two(), "context queue capacity {capacity} is not a power of two");
         let entries = (0..capacity).map(|_| ZcContext::default()).collect();
-        CtxQueue { entries, mask: capacity - 1, head: 0, tail: 0, fpu: 0, fu: 0, nr_pinned_pages: 0 }
+        CtxQueue {
+            entries,
+            mask: capacity - 1,
+            head: 0,
+            tail: 0,
+            fpu: 0,
+            fu: 0,
+            nr_pinned_pages: 0,
+            pin_budget,
+            peak_pinned_pages: 0,
+        }
     }
 
     fn next(&self, i: u32) -> u32 {
@@ -66,6 +80,27 @@ impl CtxQueue {
     /// Counts `pages` newly pinned by a context of the queue.
     pub(crate) fn add_pinned_pages(&mut self, pages: u64) {
         self.nr_pinned_pages += pages;
+        self.peak_pinned_pages = self.peak_pinned_pages.max(self.nr_pinned_pages);
+    }
+
+    /// The pin budget, in pages.
+    pub(crate) fn pin_budget(&self) -> u64 {
+        self.pin_budget
+    }
+
+    /// Sets the pin budget (pieces already pinned keep their pins).
+    pub(crate) fn set_pin_budget(&mut self, pages: u64) {
+        self.pin_budget = pages;
+    }
+
+    /// May `pages` more be pinned within the budget?
+    pub(crate) fn can_pin(&self, pages: u64) -> bool {
+        self.nr_pinned_pages + pages <= self.pin_budget
+    }
+
+    /// The most pages ever held pinned at once.
+    pub(crate) fn peak_pinned_pages(&self) -> u64 {
+        self.peak_pinned_pages
     }
 
     /// No live slot.
@@ -322,7 +357,7 @@ mod tests {
     #[test]
     fn a_pinned_piece_behind_unpinned_ones_keeps_the_cursor_order() {
         // The driver's inc_tail seeds FPU at the new piece, after FU (FACTS §7.5).
-        let mut q = CtxQueue::new(8);
+        let mut q = CtxQueue::new(8, 1 << 20);
         push(&mut q, ZcState::Unpinned, 1, 7);
         push(&mut q, ZcState::PinnedUnsubmitted, 2, 8);
         assert_eq!(q.cursors(), (0, 0, 0, 2));
@@ -338,7 +373,7 @@ mod tests {
 
     #[test]
     fn pops_are_checked_and_cursors_follow_the_head() {
-        let mut q = CtxQueue::new(4);
+        let mut q = CtxQueue::new(4, 1 << 20);
         assert_eq!(q.pop_submitted(), None);
         assert_eq!(q.pop_head(), None);
         assert!(push(&mut q, ZcState::PinnedUnsubmitted, 1, 1));
@@ -386,7 +421,7 @@ mod tests {
     proptest! {
         #[test]
         fn the_queue_behaves_like_a_fifo_with_three_regions(ops in proptest::collection::vec(op(), 1..300)) {
-            let mut q = CtxQueue::new(8);
+            let mut q = CtxQueue::new(8, 1 << 20);
             let mut m = Model::default();
             let mut id = 0u64;
             for op in ops {

@@ -1,6 +1,6 @@
 //! How much of a request to pin at once, and when a sync submit must wait for descriptors (FACTS §5.4).
 
-use super::{NDMA_CTX_QUEUE_MAX_PINNED_PAGES, NDMA_ZC_DESC_WAIT_THRESHOLD_HI, NDMA_ZC_PAGES_PER_XFER};
+use super::{NDMA_ZC_DESC_WAIT_THRESHOLD_HI, NDMA_ZC_PAGES_PER_XFER};
 use crate::PAGE_SIZE;
 
 /// Bytes of one full piece: 64 pages.
@@ -26,10 +26,17 @@ pub const fn descs_available(available: u32, thr: u32) -> bool {
 }
 
 /// `ndma_zc_should_wait`: must a sync submit wait for (and release) a submitted context before queueing more?
-/// True when the pin budget is used up, the queue is full, or fewer than `thr` descriptors are free; and then
-/// `thr` is raised to the high threshold, so waiting goes on until 521 descriptors are free (hysteresis).
-pub(crate) fn should_wait(nr_pinned_pages: u64, queue_full: bool, available: u32, thr: &mut u32) -> bool {
-    let wait = nr_pinned_pages >= NDMA_CTX_QUEUE_MAX_PINNED_PAGES || queue_full || !descs_available(available, *thr);
+/// True when the pin budget (`pin_budget` pages) is used up, the queue is full, or fewer than `thr` descriptors
+/// are free; and then `thr` is raised to the high threshold, so waiting goes on until 521 descriptors are free
+/// (hysteresis).
+pub(crate) fn should_wait(
+    nr_pinned_pages: u64,
+    pin_budget: u64,
+    queue_full: bool,
+    available: u32,
+    thr: &mut u32,
+) -> bool {
+    let wait = nr_pinned_pages >= pin_budget || queue_full || !descs_available(available, *thr);
     if wait {
         *thr = NDMA_ZC_DESC_WAIT_THRESHOLD_HI;
     }
@@ -39,7 +46,7 @@ pub(crate) fn should_wait(nr_pinned_pages: u64, queue_full: bool, available: u32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zerocopy::NDMA_ZC_DESC_WAIT_THRESHOLD_LO;
+    use crate::zerocopy::{NDMA_CTX_QUEUE_MAX_PINNED_PAGES as MAX, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
 
     #[test]
     fn pin_sizes_follow_facts_5_4() {
@@ -57,13 +64,13 @@ mod tests {
     #[test]
     fn waiting_has_hysteresis() {
         let mut thr = NDMA_ZC_DESC_WAIT_THRESHOLD_LO;
-        assert!(!should_wait(0, false, 66, &mut thr), "65 + marker fit");
-        assert!(should_wait(0, false, 65, &mut thr));
+        assert!(!should_wait(0, MAX, false, 66, &mut thr), "65 + marker fit");
+        assert!(should_wait(0, MAX, false, 65, &mut thr));
         assert_eq!(thr, 520);
-        assert!(should_wait(0, false, 520, &mut thr), "once waiting, 521 must be free");
-        assert!(!should_wait(0, false, 521, &mut thr));
-        assert!(should_wait(NDMA_CTX_QUEUE_MAX_PINNED_PAGES, false, 8000, &mut thr));
-        assert!(should_wait(0, true, 8000, &mut thr));
+        assert!(should_wait(0, MAX, false, 520, &mut thr), "once waiting, 521 must be free");
+        assert!(!should_wait(0, MAX, false, 521, &mut thr));
+        assert!(should_wait(MAX, MAX, false, 8000, &mut thr));
+        assert!(should_wait(0, MAX, true, 8000, &mut thr));
         assert!(descs_available(65, 64) && !descs_available(64, 64) && descs_available(u32::MAX, u32::MAX - 1));
     }
 }

@@ -16,6 +16,8 @@ pub struct ZcStatus {
     pub contexts: u32,
     /// Pages the queue holds pinned (pre-pinned references included).
     pub pinned_pages: u64,
+    /// The most pages it ever held pinned at once (never above the pin budget).
+    pub peak_pinned_pages: u64,
     /// `(head, first_pinned_unsubmitted, first_unpinned, tail)`.
     pub cursors: (u32, u32, u32, u32),
     /// Completions waiting for room in the completion queue.
@@ -47,11 +49,37 @@ impl NeuronDevice {
                 contexts: zc.queue.live_slots().filter(|&i| zc.queue.entry(i).state != super::ZcState::Invalid).count()
                     as u32,
                 pinned_pages: zc.queue.nr_pinned_pages(),
+                peak_pinned_pages: zc.queue.peak_pinned_pages(),
                 cursors: zc.queue.cursors(),
                 backlog: zc.cq.backlog_len(),
                 thread_running,
             },
         })
+    }
+
+    /// Sets the zero-copy pin budget of every ring (`NDMA_CTX_QUEUE_MAX_PINNED_PAGES`, 524288 pages by default):
+    /// async pieces beyond it are queued unpinned and pinned later by the completion thread; a sync submit
+    /// waits. A tuning and test knob: the driver's value is a constant.
+    pub fn set_zerocopy_pin_budget(&self, pages: u64) {
+        self.zc_pin_budget.store(pages, std::sync::atomic::Ordering::Relaxed);
+        for ring in self.rings.iter().flatten() {
+            let queued = match RingGuard::lock(self, ring).inner.zc.as_mut() {
+                Some(zc) => {
+                    zc.queue.set_pin_budget(pages);
+                    !zc.queue.is_empty()
+                }
+                None => false,
+            };
+            // Deferred pieces may now fit: let the completion thread look.
+            if let Some(bit) = self.dhal.ctx_queue_bit(ring.eng_id, ring.qid).filter(|_| queued) {
+                self.completion_thread.kick(bit);
+            }
+        }
+    }
+
+    /// The zero-copy pin budget, in pages.
+    pub fn zerocopy_pin_budget(&self) -> u64 {
+        self.zc_pin_budget.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The host chunk holding NC `nc`'s completion queue (24,592 bytes, FACTS §5.7), for a consumer to map

@@ -10,7 +10,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 use super::context::{ZcContext, ZcState};
 use super::pin::pin_local;
 use super::sizing::{calc_pin_size, should_wait};
-use super::{NDMA_CTX_QUEUE_MAX_PINNED_PAGES, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
+use super::NDMA_ZC_DESC_WAIT_THRESHOLD_LO;
 use crate::classic::RingGuard;
 use crate::device::NeuronDevice;
 use crate::memory::MemChunk;
@@ -187,7 +187,7 @@ impl RingGuard<'_> {
                 self.zc_issue_pinned();
                 let nr_pages = pin_size.div_ceil(PAGE_SIZE);
                 let q = &self.zc()?.queue;
-                let can_pin = q.nr_pinned_pages() + nr_pages <= NDMA_CTX_QUEUE_MAX_PINNED_PAGES;
+                let can_pin = q.can_pin(nr_pages);
                 let full = q.is_full();
                 if is_async && full {
                     return Err(NdmaError::QueueFull { nc: self.ring.nc });
@@ -283,8 +283,8 @@ impl RingGuard<'_> {
         let mut thr = NDMA_ZC_DESC_WAIT_THRESHOLD_LO;
         loop {
             let q = &self.zc()?.queue;
-            let (pinned, full) = (q.nr_pinned_pages(), q.is_full());
-            if !must && !should_wait(pinned, full, self.ring_available(), &mut thr) {
+            let (pinned, budget, full) = (q.nr_pinned_pages(), q.pin_budget(), q.is_full());
+            if !must && !should_wait(pinned, budget, full, self.ring_available(), &mut thr) {
                 return Ok(());
             }
             if !self.zc_step()? {

@@ -1,0 +1,594 @@
+//! The zero-copy path end to end (spec §4, FACTS §5): user pages pinned and DMAed over directly, byte-exact in
+//! both directions over every placement, the per-arch barrier and the run coalescing pinned by exact
+//! descriptors, the gates, pin failures, async completions and the leak check that ends every test.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use ndma::zerocopy::{calc_pin_size, CqConsumer, CqEntry, NEURON_DMA_H2T_DEFAULT_QID};
+use ndma::{BatchOp, MemChunk, NdmaError, NeuronDevice, PAGE_SIZE};
+use ndma_emu::{AddressSpace, ClockKind, ExecPolicy, MapSpec, OrderingMode, PinFault, PinPath, Placement, Testbed};
+use udma::{Arch, Barrier, Desc};
+
+const PAGE: u64 = PAGE_SIZE;
+
+/// A testbed with zero-copy on (V2 needs the override) and a user process entered on this thread.
+struct Zc {
+    tb: Testbed,
+    mm: Arc<AddressSpace>,
+    _enter: ndma_emu::user::EnterGuard,
+}
+
+impl Zc {
+    fn new(arch: Arch, exec: ExecPolicy) -> Zc {
+        Zc::with(arch, exec, ClockKind::Real)
+    }
+
+    fn with(arch: Arch, exec: ExecPolicy, clock: ClockKind) -> Zc {
+        let tb = testbed(arch, exec, OrderingMode::Adversarial, clock);
+        tb.system.devices()[0].set_zerocopy_trn1_override(true);
+        let mm = AddressSpace::new(tb.emu.host(), 4242);
+        let enter = mm.enter();
+        Zc { tb, mm, _enter: enter }
+    }
+
+    fn dev(&self) -> &Arc<NeuronDevice> {
+        &self.tb.system.devices()[0]
+    }
+
+    fn emu(&self) -> &Arc<ndma_emu::EmuDevice> {
+        self.tb.emu.device(0)
+    }
+
+    /// Maps `pages` user pages with `placement`; returns the first address.
+    fn map(&self, pages: usize, placement: Placement) -> u64 {
+        self.mm.map(&MapSpec::new(pages, placement)).expect("map")
+    }
+
+    /// Nothing pinned, nothing queued, no completion held back, every ring's slots accounted for.
+    fn assert_no_leaks(&self, what: &str) {
+        let leak = self.tb.emu.host().frames().leak_check();
+        assert!(leak.is_clean(), "{what}: {leak:?}");
+        let dev = self.dev();
+        for nc in 0..dev.dhal().ncs_per_device() {
+            let s = dev.zerocopy_status(nc).unwrap();
+            assert!(s.is_idle(), "{what}: NC {nc} zero-copy state {s:?}");
+            let (used, accounted) = dev.ring_slot_accounting(nc).unwrap();
+            assert_eq!((used, accounted), (0, 0), "{what}: NC {nc} ring slots");
+        }
+    }
+}
+
+/// Pieces a request of `size` bytes starting `offset` bytes into its first page is cut into (FACTS §5.4).
+fn pieces(size: u64, offset: u64) -> u64 {
+    let (mut remaining, mut off, mut pin) = (size, offset, calc_pin_size(size + offset));
+    let mut n = 0;
+    while remaining > 0 {
+        let piece = (pin - off).min(remaining);
+        remaining -= piece;
+        off = 0;
+        pin = pin.min(remaining);
+        n += 1;
+    }
+    n
+}
+
+fn layouts() -> [Placement; 3] {
+    [Placement::Contiguous, Placement::Scattered { seed: 7 }, Placement::Runs { k: 3, seed: 11 }]
+}
+
+/// One verified sync transfer of `size` bytes at page offset `offset`, in direction `to_device`, over a user
+/// buffer laid out by `placement`, with a guard page and guard bytes around both windows.
+fn transfer(z: &Zc, to_device: bool, placement: Placement, offset: u64, size: u64, seed: u64) {
+    let what = format!("{} {placement:?} offset {offset} size {size}", if to_device { "h2d" } else { "d2h" });
+    let (dev, emu) = (z.dev(), z.emu());
+    let user_len = PAGE + offset + size + PAGE;
+    let pages = user_len.div_ceil(PAGE) as usize;
+    let va = z.map(pages, placement);
+    let window = va + PAGE + offset;
+    let mc = alloc(dev, false, size + 2 * GUARD, 0);
+    let user_bytes = pattern(user_len as usize, seed);
+    let dev_bytes = pattern((size + 2 * GUARD) as usize, seed ^ 0xdead);
+    if to_device {
+        z.mm.write(va, &user_bytes).unwrap();
+        put(emu, &mc, 0, &vec![DST_FILL; (size + 2 * GUARD) as usize]);
+    } else {
+        z.mm.fill(va, user_len, DST_FILL).unwrap();
+        put(emu, &mc, 0, &dev_bytes);
+    }
+    let before = dev.ring_stats(0).unwrap();
+    let op = BatchOp { offset: GUARD, size, buffer: window };
+    dev.zerocopy_submit(0, &[op], &mc, 0, NEURON_DMA_H2T_DEFAULT_QID, to_device, 0, 0)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let st = dev.ring_stats(0).unwrap().since(&before);
+    assert_eq!(st.zc_pieces, pieces(size, offset), "{what}: pieces");
+    let mut user_now = vec![0u8; user_len as usize];
+    z.mm.read(va, &mut user_now).unwrap();
+    let dev_now = get(emu, &mc, 0, size + 2 * GUARD);
+    let (g, s, o) = (GUARD as usize, size as usize, (PAGE + offset) as usize);
+    if to_device {
+        assert!(user_now == user_bytes, "{what}: the user buffer changed");
+        assert!(dev_now[..g].iter().all(|&b| b == DST_FILL), "{what}: device guard before");
+        assert!(dev_now[g + s..].iter().all(|&b| b == DST_FILL), "{what}: device guard after");
+        assert!(dev_now[g..g + s] == user_bytes[o..o + s], "{what}: device window");
+    } else {
+        assert!(dev_now == dev_bytes, "{what}: the device chunk changed");
+        assert!(user_now[..o].iter().all(|&b| b == DST_FILL), "{what}: user bytes before");
+        assert!(user_now[o + s..].iter().all(|&b| b == DST_FILL), "{what}: user bytes after");
+        assert!(user_now[o..o + s] == dev_bytes[g..g + s], "{what}: user window");
+    }
+    z.mm.unmap(va, pages as u64 * PAGE).unwrap();
+    z.assert_no_leaks(&what);
+}
+
+#[test]
+fn sync_transfers_are_byte_exact_over_every_layout_offset_and_edge_size() {
+    let sizes = [1, 4096, (256 << 10) - 1, 256 << 10, (256 << 10) + 1, (512 << 10) - 1, (512 << 10) + 1];
+    for arch in Arch::ALL {
+        let z = Zc::new(arch, ExecPolicy::Inline);
+        let mut seed = 0;
+        for to_device in [true, false] {
+            for placement in layouts() {
+                for offset in [0, 1, 4095] {
+                    for size in sizes {
+                        seed += 1;
+                        transfer(&z, to_device, placement, offset, size, seed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sixteen_mib_in_both_directions_threaded() {
+    for (arch, placement) in
+        [(Arch::V3, Placement::Scattered { seed: 3 }), (Arch::V2, Placement::Runs { k: 5, seed: 9 })]
+    {
+        let z = Zc::new(arch, ExecPolicy::Threaded);
+        transfer(&z, true, placement, 1, 16 << 20, 1);
+        transfer(&z, false, Placement::Contiguous, 4095, 16 << 20, 2);
+    }
+}
+
+#[test]
+fn the_gates_refuse_before_anything_is_queued() {
+    let z = Zc::new(Arch::V2, ExecPolicy::Inline);
+    let dev = z.dev();
+    let mc = alloc(dev, false, 8192, 0);
+    let va = z.map(2, Placement::Contiguous);
+    let op = [BatchOp { offset: 0, size: 8192, buffer: va }];
+    let submit = |nc, qid, seq| dev.zerocopy_submit(nc, &op, &mc, 0, qid, true, seq, 0);
+    dev.set_zerocopy_trn1_override(false);
+    assert!(!dev.zerocopy_supported());
+    assert_eq!(submit(0, -1, 0), Err(NdmaError::ZeroCopyUnsupported));
+    dev.set_zerocopy_trn1_override(true);
+    assert_eq!(submit(0, -1, 5), Err(NdmaError::AsyncZeroCopyUnsupported), "V2: no async zero-copy");
+    assert_eq!(NdmaError::AsyncZeroCopyUnsupported.errno(), -22);
+    assert_eq!(submit(0, 1, 0), Err(NdmaError::NotOwner { nc: 0, qid: 1 }));
+    assert_eq!(NdmaError::NotOwner { nc: 0, qid: 1 }.errno(), -2);
+    assert_eq!(submit(7, -1, 0), Err(NdmaError::NotOwner { nc: 7, qid: -1 }));
+    let far = [BatchOp { offset: 4096, size: 8192, buffer: va }];
+    assert!(matches!(
+        dev.zerocopy_submit(0, &far, &mc, 0, -1, true, 0, 0),
+        Err(NdmaError::OutOfRange { what: "zero-copy device window", .. })
+    ));
+    assert_eq!(dev.ring_stats(0).unwrap().zc_pieces, 0, "nothing issued");
+    assert_eq!(z.mm.pin_stats().fast_calls + z.mm.pin_stats().slow_calls, 0, "nothing pinned");
+    submit(0, 0, 0).unwrap();
+    z.assert_no_leaks("after the gates");
+}
+
+/// The descriptor pairs staged on NC 0's ring since the ring started.
+fn staged(dev: &NeuronDevice) -> Vec<(Desc, Desc)> {
+    dev.ring_descriptors(0).unwrap()
+}
+
+#[test]
+fn runs_coalesce_and_the_barrier_sits_where_the_arch_needs_it() {
+    for arch in Arch::ALL {
+        for to_device in [true, false] {
+            let z = Zc::new(arch, ExecPolicy::Inline);
+            let dev = z.dev();
+            // 16 pages in runs of 3 frames, starting 100 bytes into the first.
+            let va = z.map(20, Placement::Runs { k: 3, seed: 5 });
+            let frames: Vec<u64> = z.mm.frames_of(va, 20).into_iter().map(|f| f.unwrap()).collect();
+            let size = 16 * PAGE;
+            let mc = alloc(dev, false, size, 0);
+            let op = BatchOp { offset: 0, size, buffer: va + 100 };
+            dev.zerocopy_submit(0, &[op], &mc, 0, -1, to_device, 0, 0).unwrap();
+            let pairs = staged(dev);
+            let host = arch.pci_host_base();
+            // 64 KiB + 100 bytes is under one piece (256 KiB): one piece, one descriptor per run of frames.
+            assert_eq!(pieces(size, 100), 1);
+            let mut expect = Vec::new();
+            let (mut at, mut left, mut dev_at) = (100u64, size, mc.pa());
+            let mut i = 0;
+            while left > 0 {
+                let start = frames[i] + at;
+                let mut run = PAGE - at;
+                i += 1;
+                while frames[i] == frames[i - 1] + PAGE && run < left {
+                    run += PAGE;
+                    i += 1;
+                }
+                let len = run.min(left);
+                expect.push((start | host, dev_at, len));
+                dev_at += len;
+                left -= len;
+                at = 0;
+            }
+            let data: Vec<_> = pairs.iter().filter(|(tx, _)| tx.tx().len_ctrl.len_bytes() != 4).collect();
+            assert_eq!(data.len(), expect.len(), "{arch} to_device {to_device}: one descriptor per run");
+            for (k, ((tx, rx), (h, d, len))) in data.iter().zip(&expect).enumerate() {
+                let (src, dst) = if to_device { (*h, *d) } else { (*d, *h) };
+                assert_eq!((tx.tx().src, rx.rx().dst, tx.tx().len_ctrl.len_bytes()), (src, dst, *len as u32), "#{k}");
+                let last = k + 1 == expect.len();
+                let barrier = if arch == Arch::V2 && to_device && last { Barrier::WriteBarrier } else { Barrier::None };
+                assert_eq!(tx.tx().barrier(), barrier, "{arch} {to_device} #{k}");
+                assert!(!rx.rx().len_ctrl.sow(), "{arch} {to_device} #{k}: no SOW on data");
+            }
+            let (mtx, mrx) = pairs.last().unwrap();
+            assert_eq!(mtx.tx().len_ctrl.len_bytes(), 4, "the marker closes the piece");
+            let sow = arch == Arch::V3 && to_device;
+            assert_eq!(mrx.rx().len_ctrl.sow(), sow, "{arch} to_device {to_device}: SOW on the marker");
+            assert_eq!(mtx.tx().barrier(), Barrier::None);
+            z.assert_no_leaks("descriptors");
+        }
+    }
+}
+
+#[test]
+fn only_the_last_piece_of_a_write_carries_the_barrier() {
+    for arch in Arch::ALL {
+        let z = Zc::new(arch, ExecPolicy::Inline);
+        let dev = z.dev();
+        let size = 600 << 10; // three pieces of 256 KiB, 256 KiB, 88 KiB
+        let va = z.map((size / PAGE) as usize, Placement::Contiguous);
+        let mc = alloc(dev, false, size, 0);
+        dev.zerocopy_submit(0, &[BatchOp { offset: 0, size, buffer: va }], &mc, 0, -1, true, 0, 0).unwrap();
+        let pairs = staged(dev);
+        let markers: Vec<usize> =
+            pairs.iter().enumerate().filter(|(_, p)| p.0.tx().len_ctrl.len_bytes() == 4).map(|(i, _)| i).collect();
+        assert_eq!(markers.len(), 3, "{arch}: three pieces");
+        for (i, (tx, rx)) in pairs.iter().enumerate() {
+            let last_piece = i > markers[1];
+            let is_marker = markers.contains(&i);
+            let last_data = i + 1 == markers[2];
+            let wb = arch == Arch::V2 && last_piece && last_data;
+            assert_eq!(tx.tx().barrier() == Barrier::WriteBarrier, wb, "{arch} pair {i}");
+            assert_eq!(rx.rx().len_ctrl.sow(), arch == Arch::V3 && is_marker && last_piece, "{arch} pair {i}");
+        }
+        z.assert_no_leaks("barriers");
+    }
+}
+
+#[test]
+fn a_hole_fails_the_request_and_releases_every_pin() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    // 200 pages with a hole at page 150: pieces 0..=1 pin fine; the third piece's pin is partial (-ENOMEM);
+    // a request starting at the hole cannot pin its first page (-EFAULT).
+    let va = z.mm.map(&MapSpec::new(200, Placement::Contiguous).holes([150])).unwrap();
+    let mc = alloc(dev, false, 200 * PAGE, 0);
+    let op = BatchOp { offset: 0, size: 200 * PAGE, buffer: va };
+    let err = dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap_err();
+    assert_eq!(err, NdmaError::Pin { va: va + 150 * PAGE, errno: -12 }, "a partial pin is -ENOMEM");
+    z.assert_no_leaks("partial pin");
+    let at_hole = BatchOp { offset: 0, size: PAGE, buffer: va + 150 * PAGE };
+    let err = dev.zerocopy_submit(0, &[at_hole], &mc, 0, -1, false, 0, 0).unwrap_err();
+    assert_eq!(err.errno(), -14, "{err}: a hole at the first page is -EFAULT");
+    z.assert_no_leaks("hole");
+    // The device is usable.
+    let ok = BatchOp { offset: 0, size: 100 * PAGE, buffer: va };
+    dev.zerocopy_submit(0, &[ok], &mc, 0, -1, true, 0, 0).unwrap();
+    z.assert_no_leaks("after");
+}
+
+#[test]
+fn a_short_fast_pin_falls_back_to_the_slow_path_and_a_failed_pin_is_its_errno() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let va = z.map(64, Placement::Scattered { seed: 1 });
+    let mc = alloc(dev, false, 64 * PAGE, 0);
+    let op = [BatchOp { offset: 0, size: 64 * PAGE, buffer: va }];
+    z.mm.pin_faults().add(PinFault::Short { nth: 0, pages: 10 });
+    dev.zerocopy_submit(0, &op, &mc, 0, -1, false, 0, 0).unwrap();
+    let s = z.mm.pin_stats();
+    assert_eq!((s.fast_calls, s.slow_calls, s.short_pins), (1, 1, 1), "{s:?}");
+    assert_eq!(s.unpinned_pages, 10 + 64, "the short pin's 10 pages were given back");
+    assert_eq!(s.dirty_unpins, 64, "device→host: unpinned dirty");
+    z.mm.pin_faults().add(PinFault::Fail { path: None, nth: 0, errno: -12 });
+    z.mm.pin_faults().add(PinFault::Fail { path: Some(PinPath::Slow), nth: 0, errno: -12 });
+    assert_eq!(dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0), Err(NdmaError::Pin { va, errno: -12 }));
+    z.assert_no_leaks("pin faults");
+}
+
+/// Takes `n` completions from `cq`, yielding while none is posted (bounded: a lost completion fails).
+fn take(cq: &CqConsumer, n: usize) -> Vec<CqEntry> {
+    let mut got = Vec::new();
+    let mut spins = 0u64;
+    while got.len() < n {
+        match cq.pop() {
+            Some(e) => got.push(e),
+            None => {
+                spins += 1;
+                assert!(spins < 50_000_000, "completions lost: got {} of {n}", got.len());
+                std::thread::yield_now();
+            }
+        }
+    }
+    got
+}
+
+#[test]
+fn async_requests_complete_exactly_once_in_order_with_their_results() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    assert_eq!(cq.header().capacity, 1024);
+    let n = 40u64;
+    let size = 300_000u64;
+    let va = z.map((n * size).div_ceil(PAGE) as usize + 1, Placement::Runs { k: 4, seed: 2 });
+    let data = pattern((n * size) as usize, 77);
+    z.mm.write(va, &data).unwrap();
+    let mc = alloc(dev, false, n * size, 0);
+    for i in 0..n {
+        let op = BatchOp { offset: i * size, size, buffer: va + i * size };
+        let seq = 1000 + i;
+        // One request is refused: its device window runs past the chunk.
+        let op = if i == 17 { BatchOp { size: n * size, ..op } } else { op };
+        let r = dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, seq, seq * 3);
+        if i == 17 {
+            // Its bytes run past the device chunk: refused before anything is queued, no completion.
+            assert!(matches!(r, Err(NdmaError::OutOfRange { .. })), "{r:?}");
+        } else {
+            r.unwrap();
+        }
+    }
+    // A request over the unmapped guard page after the mapping: its pin fails in submit, no completion.
+    let guard_page = va + ((n * size).div_ceil(PAGE) + 1) * PAGE;
+    let hole = BatchOp { offset: 0, size: 2 * PAGE, buffer: guard_page };
+    let r = dev.zerocopy_submit(0, &[hole], &mc, 0, -1, true, 5000, 1);
+    assert!(matches!(r, Err(NdmaError::Pin { .. })), "{r:?}");
+    let got = take(&cq, (n - 1) as usize);
+    let expect: Vec<CqEntry> = (0..n)
+        .filter(|&i| i != 17)
+        .map(|i| CqEntry { sequence_num: 1000 + i, compl_ret: 0, context: (1000 + i) * 3 })
+        .collect();
+    assert_eq!(got, expect);
+    assert_eq!(cq.pop(), None, "exactly one completion per accepted request");
+    let back = get(emu, &mc, 0, n * size);
+    for i in (0..n).filter(|&i| i != 17) {
+        let r = (i * size) as usize..((i + 1) * size) as usize;
+        assert!(back[r.clone()] == data[r], "request {i}");
+    }
+    z.assert_no_leaks("async");
+}
+
+#[test]
+fn an_async_hang_fails_its_request_and_the_next_ones_complete() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let va = z.map(32, Placement::Scattered { seed: 4 });
+    z.mm.fill(va, 32 * PAGE, 0x5a).unwrap();
+    let mc = alloc(dev, false, 32 * PAGE, 0);
+    z.emu().fault_plan().add(ndma_emu::PlannedFault::Hang { engine: eng, qid, persistent: false });
+    for seq in 1..=3u64 {
+        let op = BatchOp { offset: (seq - 1) * 8 * PAGE, size: 8 * PAGE, buffer: va + (seq - 1) * 8 * PAGE };
+        dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, seq, 0).unwrap();
+    }
+    let got = take(&cq, 3);
+    assert_eq!(got[0].sequence_num, 1);
+    assert_eq!(got[0].compl_ret, -110, "the hung request times out");
+    assert_eq!(
+        got[1..],
+        [CqEntry { sequence_num: 2, compl_ret: 0, context: 0 }, CqEntry { sequence_num: 3, compl_ret: 0, context: 0 }]
+    );
+    let back = get(z.emu(), &mc, 8 * PAGE, 16 * PAGE);
+    assert!(back.iter().all(|&b| b == 0x5a), "the requests behind it were re-issued and landed");
+    z.assert_no_leaks("async hang");
+}
+
+#[test]
+fn deferred_pieces_of_an_exited_process_complete_with_an_error_and_free_their_pins() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    // No pin budget: every async piece is queued unpinned, holding the captured address space.
+    dev.set_zerocopy_pin_budget(0);
+    let va = z.map(256, Placement::Contiguous);
+    let mc = alloc(dev, false, 256 * PAGE, 0);
+    for seq in 1..=3u64 {
+        let op = BatchOp { offset: (seq - 1) * 64 * PAGE, size: 64 * PAGE, buffer: va + (seq - 1) * 64 * PAGE };
+        dev.zerocopy_submit(0, &[op], &mc, 0, -1, false, seq, seq).unwrap();
+    }
+    let s = dev.zerocopy_status(0).unwrap();
+    assert_eq!((s.contexts, s.pinned_pages), (3, 0), "three deferred pieces");
+    z.mm.exit();
+    dev.set_zerocopy_pin_budget(1 << 20);
+    let got = take(&cq, 3);
+    for (k, e) in got.iter().enumerate() {
+        let seq = k as u64 + 1;
+        assert_eq!(*e, CqEntry { sequence_num: seq, compl_ret: -3, context: seq }, "-ESRCH");
+    }
+    assert_eq!(z.mm.pin_stats().pinned_pages, 0);
+    z.assert_no_leaks("exit");
+}
+
+#[test]
+fn the_pin_budget_holds_and_deferred_pieces_are_pinned_remotely() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
+    let dev = z.dev();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    dev.set_zerocopy_pin_budget(128);
+    let va = z.map(1024, Placement::Scattered { seed: 12 });
+    z.mm.write(va, &pattern(1024 * PAGE as usize, 21)).unwrap();
+    let mc = alloc(dev, false, 1024 * PAGE, 0);
+    let op = BatchOp { offset: 0, size: 1024 * PAGE, buffer: va };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 77, 0).unwrap();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 77, compl_ret: 0, context: 0 }]);
+    assert!(get(z.emu(), &mc, 0, 1024 * PAGE) == pattern(1024 * PAGE as usize, 21));
+    let s = dev.zerocopy_status(0).unwrap();
+    assert!(s.peak_pinned_pages <= 128, "{s:?}");
+    assert!(z.mm.pin_stats().remote_calls > 0, "pieces over the budget were pinned by the completion thread");
+    z.assert_no_leaks("budget");
+}
+
+#[test]
+fn a_full_completion_queue_holds_completions_back_without_losing_one() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let chunk = dev.completion_queue(0).unwrap();
+    let va = z.map(1, Placement::Contiguous);
+    let mc = alloc(dev, false, PAGE, 0);
+    let n = 1100u64;
+    let mut busy = 0u64;
+    for seq in 1..=n {
+        let op = BatchOp { offset: 0, size: 64, buffer: va };
+        loop {
+            match dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, seq, !seq) {
+                Ok(()) => break,
+                // The context queue is full: the async path never waits; the completion thread makes room.
+                Err(NdmaError::QueueFull { .. }) => {
+                    busy += 1;
+                    assert!(busy < 50_000_000);
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    // Nobody consumed: 1024 posted, the rest held in the backlog.
+    let mut spins = 0u64;
+    while dev.zerocopy_status(0).unwrap().contexts > 0 {
+        spins += 1;
+        assert!(spins < 50_000_000);
+        std::thread::yield_now();
+    }
+    let s = dev.zerocopy_status(0).unwrap();
+    assert_eq!(s.backlog, (n - 1024) as usize);
+    let cq = CqConsumer::new(&chunk).unwrap();
+    assert_eq!(cq.len(), 1024);
+    let got = take(&cq, n as usize);
+    let expect: Vec<CqEntry> = (1..=n).map(|s| CqEntry { sequence_num: s, compl_ret: 0, context: !s }).collect();
+    assert!(got == expect, "every completion, in order");
+    z.assert_no_leaks("full CQ");
+}
+
+#[test]
+fn consumers_on_several_threads_take_every_completion_once() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
+    let dev = z.dev();
+    let chunk = dev.completion_queue(0).unwrap();
+    let va = z.map(4, Placement::Contiguous);
+    let mc = alloc(dev, false, 4 * PAGE, 0);
+    let n = 600u64;
+    let taken = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            let (chunk, taken) = (&chunk, &taken);
+            s.spawn(move || {
+                let cq = CqConsumer::new(chunk).unwrap();
+                let mut spins = 0u64;
+                loop {
+                    if taken.lock().unwrap().len() as u64 == n {
+                        return;
+                    }
+                    match cq.pop() {
+                        Some(e) => taken.lock().unwrap().push(e.sequence_num),
+                        None => {
+                            spins += 1;
+                            assert!(spins < 100_000_000);
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+            });
+        }
+        for seq in 1..=n {
+            let op = BatchOp { offset: 0, size: 4 * PAGE, buffer: va };
+            while let Err(e) = dev.zerocopy_submit(0, &[op], &mc, 0, -1, seq % 2 == 0, seq, 0) {
+                assert!(matches!(e, NdmaError::QueueFull { .. }), "{e}");
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut got = taken.into_inner().unwrap();
+    got.sort_unstable();
+    assert_eq!(got, (1..=n).collect::<Vec<_>>(), "each completion taken exactly once");
+    z.assert_no_leaks("consumers");
+}
+
+#[test]
+fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let pages = 300;
+    let va = z.map(pages, Placement::Runs { k: 7, seed: 3 });
+    let mc = alloc(dev, false, pages as u64 * PAGE, 0);
+    assert_eq!(z.tb.system.pin_host_memory(va + 10, pages as u64 * PAGE - 10), Ok(None), "not contiguous");
+    assert_eq!(
+        z.tb.system.pin_host_memory(va + PAGE, 10),
+        Err(NdmaError::PinnedRangeExists { va: va + PAGE, existing: va + 10 })
+    );
+    let pinned_once = z.mm.pin_stats();
+    for round in 0..5u8 {
+        z.mm.fill(va, pages as u64 * PAGE, round).unwrap();
+        let op = BatchOp { offset: 0, size: pages as u64 * PAGE - 20, buffer: va + 10 };
+        dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap();
+        let back = get(z.emu(), &mc, 0, pages as u64 * PAGE - 20);
+        assert!(back.iter().all(|&b| b == round), "round {round}");
+    }
+    let s = z.mm.pin_stats();
+    assert_eq!((s.fast_calls, s.slow_calls, s.unpinned_pages), (pinned_once.fast_calls, pinned_once.slow_calls, 0));
+    assert_eq!(z.tb.emu.host().frames().leak_check().pinned_frames, pages, "the range stays pinned");
+    z.tb.system.unpin_host_memory(va + 10).unwrap();
+    assert_eq!(z.tb.system.unpin_host_memory(va + 10), Err(NdmaError::NoPinnedRange { va: va + 10 }));
+    z.assert_no_leaks("pre-pinned");
+}
+
+#[test]
+fn a_sync_hang_times_out_after_exactly_the_async_budget() {
+    let z = Zc::with(Arch::V3, ExecPolicy::Inline, ClockKind::Fake);
+    let dev = z.dev();
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let va = z.map(2, Placement::Scattered { seed: 9 });
+    let mc = alloc(dev, false, 2 * PAGE, 0);
+    z.emu().fault_plan().add(ndma_emu::PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let t0 = ndma::Platform::now_us(&*z.tb.platform);
+    let op = [BatchOp { offset: 0, size: 2 * PAGE, buffer: va }];
+    let err = dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).unwrap_err();
+    // 2 scattered pages: 2 data descriptors + the marker; the sync drain waits with the async budget.
+    let budget = dev.dhal().wait_budget(3, true);
+    let polls = budget.following_us + 2;
+    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 3, polls });
+    assert_eq!(ndma::Platform::now_us(&*z.tb.platform) - t0, budget.first_wait_us + polls);
+    z.assert_no_leaks("sync hang");
+    dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).unwrap();
+}
+
+#[test]
+fn async_zero_copy_and_classic_copies_share_a_ring() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let va = z.map(64, Placement::Scattered { seed: 8 });
+    z.mm.write(va, &pattern(64 * PAGE as usize, 5)).unwrap();
+    let zc_mc: Arc<MemChunk> = alloc(dev, false, 64 * PAGE, 0);
+    let w = Windows::new(dev, emu, Dir::H2D, 1 << 20, 0, 6);
+    for seq in 1..=20u64 {
+        let op = BatchOp { offset: 0, size: 64 * PAGE, buffer: va };
+        dev.zerocopy_submit(0, &[op], &zc_mc, 0, -1, true, seq, 0).unwrap();
+        w.copy(dev).unwrap();
+    }
+    let got = take(&cq, 20);
+    assert!(got.iter().enumerate().all(|(i, e)| e.sequence_num == i as u64 + 1 && e.compl_ret == 0));
+    w.verify(emu, "classic copies between zero-copy requests");
+    assert!(get(emu, &zc_mc, 0, 64 * PAGE) == pattern(64 * PAGE as usize, 5));
+    z.assert_no_leaks("shared ring");
+}
