@@ -151,18 +151,39 @@ fn poll_plans_follow_the_driver_scalings() {
 }
 
 #[test]
-fn the_emulation_switch_reaches_the_wait() {
-    // With scaling on, a hang would poll for hours of virtual time; check the switch through a successful
-    // copy instead: polls stay 1 either way, and the platform reports what the testbed asked for.
-    let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Strict, ClockKind::Fake);
+fn the_emulation_switch_scales_the_wait_budget() {
+    // The cheapest hang to wait out with emulation budgets: a V2 device-to-device batch of 2 descriptors
+    // (1 data + marker). Silicon: following 39 900 µs / 200 → loop 200 → 201 polls. Emulation: following
+    // ×100 000 → 39 900 × 100 000 / 200 = 19 950 000 → loop 19 950 001 → 19 950 002 polls, on the fake clock.
+    let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
     assert!(!tb.platform.is_emulation());
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let w = Windows::new(dev, emu, Dir::D2D, 100, 0, 9);
+    let hung_copy = || {
+        emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+        let t0 = tb.platform.now_us();
+        let err = w.copy(dev).unwrap_err();
+        (err, tb.platform.now_us() - t0)
+    };
+
+    let (err, waited) = hung_copy();
+    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 2, polls: 201 }, "silicon budget");
+    assert_eq!(waited, 10 + 201);
+
     tb.platform.set_emulation(true);
     assert!(tb.platform.is_emulation());
-    let (dev, emu) = tb.device(0);
-    let w = Windows::new(dev, emu, Dir::H2H, 65536 * 5, 0, 9);
+    assert_eq!(ndma::poll_plan(dev.dhal(), true, 2, false, true), (10, 19_950_001));
+    let (err, waited) = hung_copy();
+    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 2, polls: 19_950_002 }, "emulation budget");
+    assert_eq!(waited, 10 + 19_950_002, "virtual time waited");
+    let s = dev.ring_stats(0).unwrap();
+    assert_eq!((s.timeouts, s.ring_resets, s.transfers), (2, 2, 0), "{s:?}");
+
+    // The ring recovered: the copy goes through, byte-exact, on the first poll.
     w.copy(dev).unwrap();
-    w.verify(emu, "h2h with emulation budgets");
-    assert_eq!(dev.ring_stats(0).unwrap().polls, 1, "inline engine: the first poll sees the marker");
+    w.verify(emu, "d2d with emulation budgets after two hangs");
+    assert_eq!(dev.ring_stats(0).unwrap().polls - s.polls, 1, "inline engine: the first poll sees the marker");
 }
 
 #[test]

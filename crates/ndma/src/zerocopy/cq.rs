@@ -126,8 +126,13 @@ pub trait CqMemory {
     type W64: Atomic64;
     /// Header word at byte offset `off` (0, 4, 8 or 12).
     fn word(&self, off: usize) -> &Self::W32;
-    /// Field `field` (0, 1, 2) of entry `slot`.
+    /// Field `field` (0, 1, 2) of entry `slot`; `slot` is free-running, the memory masks it into its entries.
     fn entry_word(&self, slot: u32, field: usize) -> &Self::W64;
+    /// Entries in the queue, a power of two: [`NDMA_H2D_COMPL_QUEUE_CAPACITY`] for the shared layout; a
+    /// model-checking test makes it small so a few entries fill the queue.
+    fn capacity(&self) -> u32 {
+        NDMA_H2D_COMPL_QUEUE_CAPACITY
+    }
     /// What a consumer does while another holds the lock.
     fn spin(&self) {
         std::hint::spin_loop();
@@ -170,11 +175,11 @@ impl CqMemory for RawCq {
 
 /// Resets the queue: capacity, indices and lock zeroed, every entry empty.
 pub fn init<M: CqMemory>(m: &M) {
-    m.word(CAPACITY).store(NDMA_H2D_COMPL_QUEUE_CAPACITY, Ordering::Relaxed);
+    m.word(CAPACITY).store(m.capacity(), Ordering::Relaxed);
     for off in [HEAD, TAIL, LOCK] {
         m.word(off).store(0, Ordering::Relaxed);
     }
-    for slot in 0..NDMA_H2D_COMPL_QUEUE_CAPACITY {
+    for slot in 0..m.capacity() {
         write_entry(m, slot, CqEntry::default());
     }
 }
@@ -225,8 +230,9 @@ impl<M: CqMemory> CqProducer<M> {
         // Acquire: pairs with the consumers' Release of head — they are done with every slot before it, so
         // those slots may be overwritten.
         let head = self.mem.word(HEAD).load(Ordering::Acquire);
+        let capacity = self.mem.capacity();
         let mut posted = false;
-        while self.tail.wrapping_sub(head) < NDMA_H2D_COMPL_QUEUE_CAPACITY {
+        while self.tail.wrapping_sub(head) < capacity {
             let Some(e) = self.backlog.pop_front() else { break };
             write_entry(&self.mem, self.tail, e);
             self.tail = self.tail.wrapping_add(1);
