@@ -215,14 +215,3 @@ fn kernel_buffer_copies_use_the_chunk_nc_and_stay_in_their_windows() {
         );
     }
 }
-
-#[test]
-fn zerocopy_is_gated_on_the_retry_flag() {
-    for arch in Arch::ALL {
-        let tb = adversarial(arch, ExecPolicy::Inline);
-        let (dev, _) = tb.device(0);
-        assert_eq!(dev.zerocopy_supported(), arch == Arch::V3);
-        dev.set_zerocopy_trn1_override(true);
-        assert!(dev.zerocopy_supported());
-    }
-}
