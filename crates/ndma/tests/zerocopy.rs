@@ -592,3 +592,24 @@ fn async_zero_copy_and_classic_copies_share_a_ring() {
     assert!(get(emu, &zc_mc, 0, 64 * PAGE) == pattern(64 * PAGE as usize, 5));
     z.assert_no_leaks("shared ring");
 }
+
+#[test]
+fn dropping_the_device_with_pieces_that_cannot_move_releases_them() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
+    let dev = z.dev();
+    dev.set_zerocopy_pin_budget(0);
+    let va = z.map(64, Placement::Contiguous);
+    let mc = alloc(dev, false, 64 * PAGE, 0);
+    for seq in 1..=3u64 {
+        dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: 64 * PAGE, buffer: va }], &mc, 0, -1, true, seq, 0)
+            .unwrap();
+    }
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 3);
+    drop(mc);
+    let Zc { tb, mm, _enter } = z;
+    let host = Arc::clone(tb.emu.host());
+    drop(tb);
+    let leak = host.frames().leak_check();
+    assert!(leak.is_clean(), "{leak:?}");
+    drop((mm, _enter));
+}

@@ -159,10 +159,10 @@ impl RingGuard<'_> {
             (c.state, c.sequence_num, c.last, c.context, c.compl_ret)
         };
         let result = if state == ZcState::Completed {
-            if compl_ret == 0 {
-                Ok(())
-            } else {
-                Err(NdmaError::Failed { errno: compl_ret as i32 })
+            match self.zq().entry_mut(i).failure.take() {
+                Some(e) => Err(e),
+                None if compl_ret == 0 => Ok(()),
+                None => Err(NdmaError::Failed { errno: compl_ret as i32 }),
             }
         } else {
             let r = self.zc_wait(i);
@@ -292,6 +292,7 @@ impl RingGuard<'_> {
         c.mm = None;
         c.state = ZcState::Completed;
         c.compl_ret = i64::from(e.errno());
+        c.failure = Some(e.clone());
         c.last = true;
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::pin::Pinned;
 use crate::memory::MemChunk;
-use crate::UserMm;
+use crate::{NdmaError, UserMm};
 
 /// `enum ndma_zcdma_state`: where a context is in its life, and so which region of the queue it may sit in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -54,6 +54,9 @@ pub(crate) struct ZcContext {
     pub mm: Option<Arc<dyn UserMm>>,
     /// Result of a `Completed` context (0 or a negative errno).
     pub compl_ret: i64,
+    /// The typed error behind a non-zero `compl_ret` of a piece that failed in place (what a sync submit
+    /// returns; an async request's completion carries only the errno).
+    pub failure: Option<NdmaError>,
     /// The memory chunk the device side lies in, kept alive while the piece is queued (never read: holding it
     /// is the point).
     #[allow(dead_code)]

@@ -250,6 +250,7 @@ impl RingGuard<'_> {
             sequence_num: req.seq,
             context: req.context,
             compl_ret: 0,
+            failure: None,
             held: Some(Arc::clone(req.mc)),
         };
         if pin_now {

@@ -131,6 +131,11 @@ fn run(shared: &Shared, dev: &Weak<NeuronDevice>) {
         }
         drop(dev);
         if again != 0 {
+            if stopping && !moved {
+                // What is left cannot move (a pin budget of 0, say): the device's teardown releases it.
+                tracing::warn!("zero-copy completion thread stopping with work it cannot complete");
+                return;
+            }
             shared.bitmap.fetch_or(again, Ordering::Release);
             if !moved {
                 shared.wait(Some(IDLE_RETRY));
