@@ -557,7 +557,13 @@ impl Engine {
 
     /// The checks an engine makes on a fetched pair: both phases match the cursors, both lengths agree, and
     /// both buffers decode to memory. Returns the copy and the TX view.
-    fn check_pair(dev: &DeviceCore, td: &Desc, rd: &Desc, tx: &Cursor, rx: &Cursor) -> Result<(Copy, TxDesc), FaultKind> {
+    fn check_pair(
+        dev: &DeviceCore,
+        td: &Desc,
+        rd: &Desc,
+        tx: &Cursor,
+        rx: &Cursor,
+    ) -> Result<(Copy, TxDesc), FaultKind> {
         let (t, r) = (td.tx(), rd.rx());
         for (dir, cur, found) in [(Direction::Tx, tx, t.len_ctrl.ring_id()), (Direction::Rx, rx, r.len_ctrl.ring_id())]
         {

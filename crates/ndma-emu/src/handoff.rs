@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use crate::sync::thread::{self, Thread};
-use crate::sync::{AtomicBool, AtomicU64};
+use crate::sync::{fence, AtomicBool, AtomicU64};
 
 /// The two words doorbells and the worker share, on cache lines of their own (two lines: adjacent-line
 /// prefetch pairs them) so the worker's other state does not bounce with every doorbell.
@@ -42,7 +42,10 @@ impl Default for WorkerSignal {
 impl WorkerSignal {
     /// A signal with no worker attached yet.
     pub fn new() -> Self {
-        WorkerSignal { shared: Shared { rung: AtomicU64::new(0), awake: AtomicBool::new(false) }, worker: OnceLock::new() }
+        WorkerSignal {
+            shared: Shared { rung: AtomicU64::new(0), awake: AtomicBool::new(false) },
+            worker: OnceLock::new(),
+        }
     }
 
     /// Attaches the worker thread; only the first call counts. Must happen before the first doorbell that
@@ -59,12 +62,15 @@ impl WorkerSignal {
     /// Doorbell side, after the work is published: counts the doorbell and unparks the worker if it is
     /// asleep.
     pub fn ring(&self) {
-        // SeqCst (with the worker's SeqCst store of `awake` and load of `rung` in `park_unless_rung`): of the
-        // two orders "increment, then the worker's last look" and "the worker's `awake = false`, then this
-        // load", at least one holds, so the worker either sees this doorbell or is unparked by it. The RMW
-        // also releases the work published before it to the worker's Acquire load in `rung`.
-        self.shared.rung.fetch_add(1, Ordering::SeqCst);
-        if !self.shared.awake.load(Ordering::SeqCst) {
+        // Release: the work published before this doorbell is visible to a worker whose Acquire load in
+        // `rung` reads this count.
+        self.shared.rung.fetch_add(1, Ordering::Release);
+        // SeqCst fence between the increment and the load of `awake`, mirrored in `park_unless_rung`: of the
+        // two fences one comes first in the single total order, so either the worker's look after its fence
+        // sees this increment, or this load sees its `awake = false` and unparks it.
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence above.
+        if !self.shared.awake.load(Ordering::Relaxed) {
             self.wake();
         }
     }
@@ -91,9 +97,9 @@ impl WorkerSignal {
 
     /// Worker side: marks the worker awake (it starts awake; `park_unless_rung` keeps it so on return).
     pub fn set_awake(&self) {
-        // SeqCst: see `park_unless_rung`; a doorbell that reads `true` skips the unpark, which is right only
-        // because this worker then looks for work again.
-        self.shared.awake.store(true, Ordering::SeqCst);
+        // Relaxed: a doorbell that reads `true` skips the unpark, which is right because this worker looks for
+        // work again afterwards and, before it can park, passes the fence in `park_unless_rung`.
+        self.shared.awake.store(true, Ordering::Relaxed);
     }
 
     /// Is the worker awake (running, or spinning for work)? A snapshot, for the waiter's decision whether to
@@ -107,11 +113,13 @@ impl WorkerSignal {
     /// a doorbell rang since or `stop()` holds. Returns awake (spurious wake-ups included: the caller looks for
     /// work again either way).
     pub fn park_unless_rung(&self, seen: u64, stop: &dyn Fn() -> bool) {
-        // SeqCst store, then SeqCst load of `rung` (the doorbell does the mirror image): if this load misses a
-        // doorbell's increment, that doorbell's load of `awake` comes after this store in the single total
-        // order and sees `false`, so it unparks us — before `park` (the token makes `park` return) or after.
-        self.shared.awake.store(false, Ordering::SeqCst);
-        if self.shared.rung.load(Ordering::SeqCst) == seen && !stop() {
+        // Store, SeqCst fence, load (the doorbell does the mirror image): if this load misses a doorbell's
+        // increment, that doorbell's fence comes after ours in the total order and its load of `awake` sees
+        // `false`, so it unparks us — before `park` (the sticky token makes `park` return) or after.
+        // Relaxed store and load: ordered by the fence.
+        self.shared.awake.store(false, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.shared.rung.load(Ordering::Relaxed) == seen && !stop() {
             thread::park();
         }
         self.set_awake();

@@ -45,6 +45,8 @@ mod worker;
 
 pub use addr_map::Space;
 pub use bar0::engine_state;
+pub use clock::{ClockKind, HZ};
+pub use delay::WaitTiming;
 pub use device::EmuDevice;
 pub use error::EmuError;
 pub use faults::{
@@ -55,8 +57,6 @@ pub use host::{HostBuf, HostMemory, DEFAULT_HOST_DRAM_SIZE, HOST_DRAM_BASE};
 pub use memory::MemSpace;
 pub use nc_reset::JiffiesClock;
 pub use ordering::OrderingMode;
-pub use clock::{ClockKind, HZ};
-pub use delay::WaitTiming;
 pub use platform::EmuPlatform;
 pub use stats::EngineStats;
 pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};

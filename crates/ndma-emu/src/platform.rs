@@ -115,7 +115,8 @@ impl EmuPlatform {
                 if let Some(e) = &self.engines {
                     e.assist(true);
                 }
-                if self.timing() == WaitTiming::Marker && watch.is_some_and(|w| w.word.load(Ordering::Acquire) == w.value)
+                if self.timing() == WaitTiming::Marker
+                    && watch.is_some_and(|w| w.word.load(Ordering::Acquire) == w.value)
                 {
                     return true;
                 }
