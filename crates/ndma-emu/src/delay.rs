@@ -5,18 +5,20 @@
 //!
 //! 1. returns the moment the awaited word holds its value ([`WaitTiming::Marker`]), or waits the whole delay
 //!    ([`WaitTiming::Driver`]);
-//! 2. runs pending work itself when nobody is executing it — at once when the engine's worker is parked, after
-//!    [`ASSIST_GRACE`] when the worker is awake but has not picked the work up (it may be off the CPU): the
-//!    same engine code, found through the doorbells' marks, so a wait never depends on a descheduled worker;
-//! 3. spins for [`SPIN`], then yields (cheap when the core is free, and it gives the core away when it is
-//!    not);
+//! 2. runs pending work itself when nobody is executing it — at once when the engine's worker is not running
+//!    (dozing, parked, or absent), after [`ASSIST_GRACE`] when it runs but has not picked the work up (it may
+//!    be off its CPU): the same engine code, found through the doorbells' marks, so a wait never depends on a
+//!    descheduled worker. A delay that is up offers once more before it returns;
+//! 3. while an engine executes (or a running worker is about to pick the work up), spins: the engine is on
+//!    another core, and a small or medium batch ends within the spin;
 //! 4. once an engine has been mid-batch for [`PARK_AFTER`] of this wait, sleeps until a batch ends (engines
 //!    wake registered waiters after each batch), so a long batch does not share its core with a spinning
 //!    poller and a descheduled worker cannot run out the op layer's poll budget meanwhile. This is the one case
 //!    where a delay lasts longer than asked: the engine is provably busy, and the op layer counts the delay as
 //!    one poll however long it lasts;
-//! 5. with nothing runnable anywhere (a hung queue, a plain `udelay`), sleeps through all but the tail of a
-//!    long delay and yields through short ones.
+//! 5. with nothing runnable anywhere (a hung queue, a plain `udelay`), spins for [`SPIN`], then yields through
+//!    short delays (it gives the core away if anyone wants it) and sleeps through all but the tail of long
+//!    ones.
 //!
 //! "This wait" is a streak: the op layer polls a marker with a series of 1 µs delays on the same word, and a
 //! thread-local remembers when the series began.
@@ -41,14 +43,11 @@ pub enum WaitTiming {
     Driver,
 }
 
-/// At the start of a wait the waiter only watches its word: an awake worker completes a small batch within it,
-/// and the waiter stays off the engines' cache lines meanwhile.
-pub(crate) const FIRST_LOOK: Duration = Duration::from_micros(2);
-/// Pure spinning at the start of a wait: a small batch completes within it.
+/// With nothing runnable, a wait spins this long before it yields.
 pub(crate) const SPIN: Duration = Duration::from_micros(10);
-/// How long a waiter leaves pending work to an awake worker before running it itself. An awake worker that is
-/// on a CPU picks a doorbell up in well under a microsecond; one that is not may stay off it for milliseconds.
-pub(crate) const ASSIST_GRACE: Duration = Duration::from_micros(10);
+/// How long a waiter leaves pending work to a running worker before running it itself. A running worker that
+/// is on a CPU picks a doorbell up in well under a microsecond; one that is not may stay off it for milliseconds.
+pub(crate) const ASSIST_GRACE: Duration = Duration::from_micros(4);
 /// How long into a wait an engine must be busy before the waiter sleeps until its batch ends. Shorter than
 /// the tightest silicon budget (a small device→device batch: 200 polls of 1 µs), longer than the model's
 /// 1 MiB batch, whose waiter then never pays a wake-up.
@@ -70,8 +69,8 @@ pub(crate) struct Engines {
 }
 
 impl Engines {
-    /// Offers to execute every marked engine's pending work (see `Engine::assist`); `eager` also takes work an
-    /// awake worker has not picked up yet. Stops at the first engine it ran, so the caller re-checks its word.
+    /// Offers to execute every marked engine's pending work (see `Engine::assist`); `eager` also takes work a
+    /// running worker has not picked up yet. Stops at the first engine it ran, so the caller re-checks its word.
     pub(crate) fn assist(&self, eager: bool) -> Assist {
         if !self.activity.any() {
             return Assist::Idle;
@@ -144,13 +143,9 @@ pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>,
         let now = Instant::now();
         let waited = now - began;
         let due = now >= deadline;
-        // A small batch an awake worker picked up completes within the first look; after it (and once more
-        // when the delay is up, so even a zero-length delay runs what nobody else will) offer to execute.
-        let progress = match engines {
-            Some(e) if due || waited >= FIRST_LOOK => e.assist(waited >= ASSIST_GRACE),
-            Some(_) => Assist::Pending,
-            None => Assist::Idle,
-        };
+        // Offer to execute (once more when the delay is up, so even a zero-length delay runs what nobody else
+        // will).
+        let progress = engines.map_or(Assist::Idle, |e| e.assist(waited >= ASSIST_GRACE));
         if due {
             break watch.is_some_and(|w| w.holds());
         }
@@ -161,7 +156,8 @@ pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>,
                     sleep_until_batch_end(e, watch.filter(|_| early));
                 }
             }
-            Assist::Busy | Assist::Pending => pause(waited),
+            // An engine is executing (or about to): spin, it is on another core or will be soon.
+            Assist::Busy | Assist::Pending => spin(),
             Assist::Idle => {
                 let left = deadline - now;
                 if left >= SLEEP_MIN {
@@ -176,12 +172,16 @@ pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>,
     seen
 }
 
-/// Spin early in a wait, yield later.
+fn spin() {
+    for _ in 0..16 {
+        std::hint::spin_loop();
+    }
+}
+
+/// With nothing runnable: spin early in a wait, yield later.
 fn pause(waited: Duration) {
     if waited < SPIN {
-        for _ in 0..16 {
-            std::hint::spin_loop();
-        }
+        spin();
     } else {
         std::thread::yield_now();
     }

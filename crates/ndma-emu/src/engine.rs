@@ -128,7 +128,7 @@ pub(crate) enum Assist {
     Idle,
     /// Someone else is executing a batch (the exec lock is held): it notifies waiters when the batch ends.
     Busy,
-    /// Work is runnable and left to the engine's awake worker.
+    /// Work is runnable and left to the engine's running worker.
     Pending,
     /// The waiter executed work.
     Ran,
@@ -304,17 +304,22 @@ impl Engine {
     }
 
     /// As [`Engine::run_until_idle`], but gives up between batches once `stop()` says so (a worker whose
-    /// device is shutting down must not first work through a backlog slowed down by the fault plan).
-    pub(crate) fn run_until_idle_or_stopped(&self, dev: &DeviceCore, stop: &dyn Fn() -> bool) {
-        while !stop() && self.step(dev, lock(&self.exec)) {}
+    /// device is shutting down must not first work through a backlog slowed down by the fault plan). Returns
+    /// whether it executed anything.
+    pub(crate) fn run_until_idle_or_stopped(&self, dev: &DeviceCore, stop: &dyn Fn() -> bool) -> bool {
+        let mut ran = false;
+        while !stop() && self.step(dev, lock(&self.exec)) {
+            ran = true;
+        }
         self.settle(dev);
+        ran
     }
 
     /// A CPU thread waiting in the platform's delay offers to execute this engine's work. It runs the engine
     /// until idle, exactly as the worker would, if nobody is executing it — unless the engine's worker is
-    /// awake and `eager` is false (the waiter has not yet given the worker its chance to pick the work up).
+    /// running and `eager` is false (the waiter has not yet given the worker its chance to pick the work up).
     pub(crate) fn assist(&self, dev: &DeviceCore, eager: bool) -> Assist {
-        if !eager && self.signal.is_awake() {
+        if !eager && self.signal.is_running() {
             // Still marked, or already claimed: `Pending` either way (the waiter keeps watching).
             return Assist::Pending;
         }

@@ -67,6 +67,6 @@ pub use trace::{EngineEvent, EngineEventKind};
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_api {
-    pub use crate::handoff::WorkerSignal;
+    pub use crate::handoff::{Doze, WorkerSignal};
     pub use crate::waiters::{Registration, Waiters};
 }

@@ -1,24 +1,33 @@
 //! `ExecPolicy::Threaded`: one worker thread per engine, spawned on the engine's first doorbell. It runs the
-//! engine until idle, spins briefly for more work, then parks until a doorbell unparks it (the hand-off is
+//! engine until idle; after useful work it spins briefly for more; then it dozes in short timed sleeps while
+//! doorbells keep ringing, and parks once they stop, until a doorbell unparks it (the hand-off is
 //! [`crate::handoff::WorkerSignal`]). Workers stop and are joined when the device shuts down.
 //!
-//! A parked worker can take milliseconds to run again on a small virtual machine (its vCPU halts and must be
-//! woken by the hypervisor, or the scheduler queues it behind the thread that rang). Nothing waits for that:
-//! a CPU thread waiting for the work's completion runs it itself (`Engine::assist`), and a worker that wakes to
-//! find the work done parks again.
+//! Waking a sleeping worker is slow on a small virtual machine: the doorbell pays a system call and an
+//! inter-processor interrupt (10–20 µs here), and the worker may then wait for a CPU for milliseconds.
+//! Nothing waits for that: a doorbell does not wake a dozing worker at all, and a CPU thread waiting for the
+//! work's completion runs it itself when the worker is not running (`Engine::assist`). So a synchronous
+//! caller's copies mostly execute on its own thread, and the worker carries work that nobody waits for yet
+//! (asynchronous submissions), staying hot while it finds some.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::device::DeviceCore;
+use crate::handoff::Doze;
 use crate::lock::lock;
 use crate::sync::thread;
 
-/// How long an idle worker spins for the next doorbell before it parks: long enough to catch the next batch
-/// of a busy op layer (which acks, restages and rings within a few µs), short enough that an idle process
-/// costs nothing. Waiting threads do not depend on it (they execute work a parked worker has not picked up).
+/// How long a worker that just executed something spins for the next doorbell before it dozes: long enough to
+/// catch the next batch of a busy op layer (which acks, restages and rings within a few µs), short enough not
+/// to burn a shared core. Waiting threads do not depend on it (they execute work a worker that is not running
+/// has not picked up).
 const IDLE_SPIN: Duration = Duration::from_micros(30);
+
+/// Then it dozes: naps of 100 µs (plus the timer slack) — a few percent of a core — for as long as doorbells
+/// keep ringing, and parks after 20 naps (2–3 ms) without one: an idle process costs nothing after that.
+const DOZE: Doze = Doze { naps: 20, nap: Duration::from_micros(100) };
 
 /// Makes sure engine `eng` has a worker, spawning it if needed. False once the device is shutting down or if
 /// the OS refuses a thread (the caller then executes inline).
@@ -57,16 +66,19 @@ fn run(dev: &DeviceCore, eng: u32) {
     let Some(e) = dev.engines.get(eng as usize) else { return };
     // Acquire on `shutdown`: pairs with the Release store in `DeviceCore::shutdown`; nothing else rides on it.
     let stopping = || dev.shutdown.load(Ordering::Acquire);
-    e.signal.set_awake();
+    e.signal.set_running();
     while !stopping() {
         let seen = e.signal.rung();
-        e.run_until_idle_or_stopped(dev, &stopping);
-        let idle_since = Instant::now();
-        while !e.signal.rung_since(seen) && !stopping() && idle_since.elapsed() < IDLE_SPIN {
-            std::hint::spin_loop();
+        // Spin for the next doorbell only after useful work: a worker that woke to find the work already done by
+        // a waiting thread goes back to dozing.
+        if e.run_until_idle_or_stopped(dev, &stopping) {
+            let idle_since = Instant::now();
+            while !e.signal.rung_since(seen) && !stopping() && idle_since.elapsed() < IDLE_SPIN {
+                std::hint::spin_loop();
+            }
         }
         if !e.signal.rung_since(seen) {
-            e.signal.park_unless_rung(seen, &stopping);
+            e.signal.idle(seen, &stopping, DOZE);
         }
     }
 }

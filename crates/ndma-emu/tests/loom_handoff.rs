@@ -1,7 +1,8 @@
 //! Loom model of the doorbell → worker hand-off (`WorkerSignal`): however a doorbell interleaves with a worker
-//! that finds no work and parks, the work is taken — no lost wake-up — and shutdown reaches a parked worker.
-//! The worker below runs the real worker's loop (`worker::run`) minus its bounded spin; "work" stands for
-//! the queue's `pending` count, published before the doorbell rings.
+//! that finds no work, dozes and parks, the work is taken — no lost wake-up — and shutdown reaches a parked
+//! worker. The worker below runs the real worker's loop (`worker::run`) minus its bounded spin, with one nap
+//! (a loom yield: loom has no time) before it parks; "work" stands for the queue's `pending` count, published
+//! before the doorbell rings.
 //!
 //! Only built with `--cfg loom`:
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" cargo test -p ndma-emu --test loom_handoff --release`
@@ -12,13 +13,18 @@ use std::sync::atomic::Ordering;
 use loom::sync::atomic::{AtomicBool, AtomicU32};
 use loom::sync::Arc;
 use loom::thread;
-use ndma_emu::loom_api::WorkerSignal;
+use std::time::Duration;
 
-/// The worker loop: note the doorbell count, take the published work, park unless a doorbell rang since.
+use ndma_emu::loom_api::{Doze, WorkerSignal};
+
+const DOZE: Doze = Doze { naps: 1, nap: Duration::from_micros(100) };
+
+/// The worker loop: note the doorbell count, take the published work, doze and park unless a doorbell rang
+/// since.
 /// Returns once it took `expect` items or `stop` holds.
 fn worker(signal: &WorkerSignal, work: &AtomicU32, stop: &AtomicBool, expect: u32) -> u32 {
     let stopping = || stop.load(Ordering::Acquire);
-    signal.set_awake();
+    signal.set_running();
     let mut taken = 0;
     while !stopping() {
         let seen = signal.rung();
@@ -27,7 +33,7 @@ fn worker(signal: &WorkerSignal, work: &AtomicU32, stop: &AtomicBool, expect: u3
             break;
         }
         if !signal.rung_since(seen) {
-            signal.park_unless_rung(seen, &stopping);
+            signal.idle(seen, &stopping, DOZE);
         }
     }
     taken
