@@ -70,15 +70,16 @@ pub(crate) struct Engines {
 
 impl Engines {
     /// Offers to execute every marked engine's pending work (see `Engine::assist`); `eager` also takes work a
-    /// running worker has not picked up yet. Stops at the first engine it ran, so the caller re-checks its word.
-    pub(crate) fn assist(&self, eager: bool) -> Assist {
+    /// running worker has not picked up yet, `done()` stops it early. Stops at the first engine it ran, so the
+    /// caller re-checks its word.
+    pub(crate) fn assist(&self, eager: bool, done: &dyn Fn() -> bool) -> Assist {
         if !self.activity.any() {
             return Assist::Idle;
         }
         let mut found = Assist::Idle;
         for dev in &self.cores {
             for eng in self.activity.marked(dev.index) {
-                match dev.engines[eng as usize].assist(dev, eager) {
+                match dev.engines[eng as usize].assist(dev, eager, done) {
                     Assist::Ran => return Assist::Ran,
                     other => found = found.max(other),
                 }
@@ -136,6 +137,8 @@ pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>,
     let now = Instant::now();
     let deadline = now + Duration::from_micros(us);
     let began = streak_start(watch, now);
+    // An assisting waiter stops executing once its word holds (marker timing).
+    let done = || early && watch.is_some_and(|w| w.holds());
     let seen = loop {
         if early && watch.is_some_and(|w| w.holds()) {
             break true;
@@ -145,7 +148,7 @@ pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>,
         let due = now >= deadline;
         // Offer to execute (once more when the delay is up, so even a zero-length delay runs what nobody else
         // will).
-        let progress = engines.map_or(Assist::Idle, |e| e.assist(waited >= ASSIST_GRACE));
+        let progress = engines.map_or(Assist::Idle, |e| e.assist(waited >= ASSIST_GRACE, &done));
         if due {
             break watch.is_some_and(|w| w.holds());
         }
@@ -192,7 +195,8 @@ fn pause(waited: Duration) {
 fn sleep_until_batch_end(engines: &Engines, watch: Option<Watch<'_>>) {
     let _registered = engines.activity.waiters.register();
     // Registered first, then looked: a batch that ends after these looks finds us registered (see `waiters`).
-    if watch.is_some_and(|w| w.holds()) || engines.assist(true) != Assist::Busy {
+    let done = || watch.is_some_and(|w| w.holds());
+    if done() || engines.assist(true, &done) != Assist::Busy {
         return;
     }
     crate::sync::park_timeout(PARK_CAP);

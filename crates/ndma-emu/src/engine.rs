@@ -315,10 +315,12 @@ impl Engine {
         ran
     }
 
-    /// A CPU thread waiting in the platform's delay offers to execute this engine's work. It runs the engine
-    /// until idle, exactly as the worker would, if nobody is executing it — unless the engine's worker is
-    /// running and `eager` is false (the waiter has not yet given the worker its chance to pick the work up).
-    pub(crate) fn assist(&self, dev: &DeviceCore, eager: bool) -> Assist {
+    /// A CPU thread waiting in the platform's delay offers to execute this engine's work. If nobody is
+    /// executing it, it runs the engine exactly as the worker would — until idle, or until `done()` says the
+    /// waiter has what it waits for (the rest stays pending for the worker or the next waiter). It leaves the
+    /// work alone while the engine's worker is running and `eager` is false (the waiter has not yet given the
+    /// worker its chance to pick the work up).
+    pub(crate) fn assist(&self, dev: &DeviceCore, eager: bool, done: &dyn Fn() -> bool) -> Assist {
         if !eager && self.signal.is_running() {
             // Still marked, or already claimed: `Pending` either way (the waiter keeps watching).
             return Assist::Pending;
@@ -335,6 +337,10 @@ impl Engine {
                 break;
             }
             ran = true;
+            if done() {
+                // Not idle: no settling; whoever runs the rest settles.
+                return Assist::Ran;
+            }
         }
         self.settle(dev);
         if ran {

@@ -10,6 +10,7 @@ use udma::DmaMemory;
 
 use crate::clock::{Clock, ClockKind};
 use crate::delay::{self, Engines, WaitTiming, Watch};
+use crate::engine::Assist;
 use crate::HostMemory;
 
 /// The platform of an emulated instance.
@@ -113,7 +114,7 @@ impl EmuPlatform {
                 // Virtual time passes only here, so no real thread's progress can be awaited: execute every
                 // pending batch now (deterministic), then look.
                 if let Some(e) = &self.engines {
-                    e.assist(true);
+                    while e.assist(true, &|| false) == Assist::Ran {}
                 }
                 if self.timing() == WaitTiming::Marker
                     && watch.is_some_and(|w| w.word.load(Ordering::Acquire) == w.value)

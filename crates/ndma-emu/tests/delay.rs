@@ -6,10 +6,10 @@ mod common;
 
 use std::sync::atomic::AtomicU32;
 
-use common::{config, h2t_engine, pattern, Rig, MARKER};
+use common::{config, h2t_engine, pattern, ring, Rig, MARKER};
 use ndma::Platform;
 use ndma_emu::{ClockKind, EmuConfig, EmuPlatform, ExecPolicy, OrderingMode, WaitTiming};
-use udma::{Arch, Barrier, Direction, DmaMemory};
+use udma::{Arch, Barrier, Direction, DmaMemory, M2mQueue};
 
 fn rig(clock: ClockKind, ordering: OrderingMode) -> Rig {
     let cfg = EmuConfig { clock, ..config(Arch::V2, ExecPolicy::Deferred, ordering) };
@@ -149,5 +149,30 @@ fn a_bare_platform_knows_no_engines_and_only_waits() {
     assert_eq!(r.dev.pending(r.eng, 0, Direction::Tx), n, "the bare platform executed nothing");
     // The system's platform does.
     assert!(r.sys.platform().delay_until(poll_word(&r), MARKER, 9));
+    r.q.ack(n);
+}
+
+#[test]
+fn a_marker_delay_stops_executing_once_its_word_holds() {
+    let mut r = rig(ClockKind::Real, OrderingMode::Strict);
+    // Another queue pair of the same engine, with a 64-pair copy of its own.
+    let mut other = M2mQueue::init(&*r.dev, r.base, 1, 16, ring(&r.dev, 256), ring(&r.dev, 256), 256, None).unwrap();
+    let src = r.dev.host().alloc(64 * 4096, 4096).unwrap();
+    let dst = r.dev.alloc_hbm(64 * 4096, 4096).unwrap();
+    let s = r.host_addr(&src, 0);
+    for i in 0..64 {
+        other.copy_prepare_one(s + i * 4096, dst.pa + i * 4096, 4096, Barrier::None, false).unwrap();
+    }
+    // Ours first in round-robin order (queue 0), then the other queue's doorbells.
+    let Submitted { data, pa, n, .. } = submit(&mut r, 4096, 8);
+    other.copy_start(&*r.dev, 64, 64).unwrap();
+    assert!(r.sys.platform().delay_until(poll_word(&r), MARKER, 1_000_000));
+    assert_landed(&r, &data, pa);
+    assert_eq!(r.dev.pending(r.eng, 1, Direction::Tx), 64, "the other queue's work was left pending");
+    assert_eq!(r.dev.engine_stats(r.eng).unwrap().descriptors, u64::from(n));
+    // A plain delay watches no word: it runs the engine until idle.
+    r.sys.platform().udelay(0);
+    assert_eq!(r.dev.pending(r.eng, 1, Direction::Tx), 0);
+    assert_eq!(r.dev.engine_stats(r.eng).unwrap().descriptors, u64::from(n) + 64);
     r.q.ack(n);
 }
