@@ -2,21 +2,22 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use udma::regs::{DoorbellCount, EngineReg, QueueReg, Register};
 use udma::{Arch, Direction, Mmio};
 
+use crate::activity::Activity;
 use crate::addr_map::AddrMap;
 use crate::bar0::{dir_index, Bar0Map, Target};
 use crate::engine::Engine;
 use crate::faults::{CorruptionReport, DmaFault, FaultPlan};
 use crate::hbm::{Hbm, HbmRange};
 use crate::lock::lock;
-use crate::nc_reset::{JiffiesClock, NcResets};
+use crate::nc_reset::NcResets;
 use crate::ordering::OrderingMode;
 use crate::stats::EngineStats;
-use crate::system::ExecPolicy;
+use crate::sync::thread::JoinHandle;
+use crate::system::{EmuConfig, ExecPolicy};
 use crate::trace::{EngineEvent, Trace};
 use crate::{EmuError, HostMemory, MemSpace};
 
@@ -35,6 +36,8 @@ pub(crate) struct DeviceCore {
     pub(crate) workers: Mutex<Vec<JoinHandle<()>>>,
     pub(crate) resets: NcResets,
     pub(crate) trace: Trace,
+    /// The system's engine activity: doorbells mark engines in it, batches wake its waiters.
+    pub(crate) activity: Arc<Activity>,
 }
 
 impl DeviceCore {
@@ -47,9 +50,7 @@ impl DeviceCore {
             std::mem::take(&mut *w)
         };
         for e in &self.engines {
-            if let Some(t) = e.worker.get() {
-                t.unpark();
-            }
+            e.signal.wake();
         }
         for h in handles {
             if h.join().is_err() {
@@ -68,21 +69,21 @@ pub struct EmuDevice {
 }
 
 impl EmuDevice {
+    /// Device `index` of a system built from `cfg`, its engines marking work in `activity`.
     pub(crate) fn new(
         index: usize,
-        arch: Arch,
+        cfg: &EmuConfig,
         host: Arc<HostMemory>,
-        hbm_size: u64,
-        exec: ExecPolicy,
-        ordering: OrderingMode,
-        seed: u64,
+        activity: Arc<Activity>,
     ) -> Result<Self, EmuError> {
-        let hbm = Arc::new(Hbm::new(hbm_size)?);
+        let arch = cfg.arch;
+        let hbm = Arc::new(Hbm::new(cfg.hbm_size())?);
+        let seed = cfg.seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let core = DeviceCore {
             index,
             map: AddrMap::new(arch, host, hbm),
-            exec,
-            ordering,
+            exec: cfg.exec,
+            ordering: cfg.ordering,
             engines: (0..arch.num_engines()).map(Engine::new).collect(),
             faults: Mutex::new(Vec::new()),
             corruptions: Mutex::new(Vec::new()),
@@ -91,8 +92,14 @@ impl EmuDevice {
             workers: Mutex::new(Vec::new()),
             resets: NcResets::new(arch),
             trace: Trace::default(),
+            activity,
         };
         Ok(EmuDevice { core: Arc::new(core), bar0: Bar0Map::new(arch), arch })
+    }
+
+    /// What the engines share (for the system's platform).
+    pub(crate) fn core(&self) -> &Arc<DeviceCore> {
+        &self.core
     }
 
     /// Stops and joins this device's engine workers. Later doorbells execute inline on the caller's thread.
@@ -251,12 +258,6 @@ impl EmuDevice {
 }
 
 impl EmuDevice {
-    /// Connects the reset model to the platform's jiffies clock and stamps the bring-up reset (finished
-    /// just before now). Until then no reset is ever in progress.
-    pub fn set_reset_clock(&self, clock: JiffiesClock) {
-        self.core.resets.set_clock(clock);
-    }
-
     /// Starts a reset of NeuronCore `nc` now, lasting `duration_jiffies`. On V2, work handed to that NC's
     /// queues meanwhile hangs until the queue is re-initialised. Returns false for an NC the device lacks.
     pub fn reset_nc(&self, nc: u32, duration_jiffies: u64) -> bool {

@@ -8,6 +8,14 @@
 //!   `RST_Q` takes it first, so a reset waits for the in-flight batch and the engine never touches the old
 //!   work again once the register write returns. Order: `exec` before `regs`.
 //!
+//! # Who executes
+//!
+//! Whoever holds `exec` runs the same code: the engine's worker thread (`ExecPolicy::Threaded`), the thread
+//! that rang the doorbell (`ExecPolicy::Inline`), or a CPU thread waiting in the platform's delay
+//! ([`Engine::assist`]) when nobody else is executing the work. Work is found only through the registers
+//! (doorbells); a doorbell also marks the engine in the system's [`crate::activity::Activity`] so a waiting
+//! thread finds it without scanning every engine, and every batch ends by waking sleeping waiters.
+//!
 //! # Doorbell ordering
 //!
 //! The HAL stores descriptors, issues a `Release` fence and writes `drtp_inc`. That write takes `regs`; the
@@ -15,19 +23,18 @@
 //! stores to the fetch.
 
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::Thread;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use udma::regs::{QueueReg, QueueSwCtrl};
-use udma::{regs, Desc, Direction};
+use udma::{regs, Desc, Direction, TxDesc};
 
 use crate::addr_map::Space;
 use crate::bar0::{dir_index, engine_state, EngineRegs, PairState};
 use crate::copy::Copy;
 use crate::device::DeviceCore;
-use crate::faults::{CorruptField, CorruptOutcome, CorruptionReport, DmaFault, FaultKind};
+use crate::faults::{CorruptField, CorruptOutcome, Corruption, CorruptionReport, DmaFault, FaultKind};
+use crate::handoff::WorkerSignal;
 use crate::lock::lock;
 use crate::ordering::{OrderingMode, PostedWrites};
 use crate::stats::EngineCounters;
@@ -52,6 +59,11 @@ struct Cursor {
 }
 
 impl Cursor {
+    /// The engine's cursor of one ring: at its head.
+    fn at_head(q: &crate::bar0::QueueRegs) -> Cursor {
+        Cursor { base: q.ring_base(), len: q.ring_len(), head: q.head, phase: q.head_phase, dmb_pauses: q.dmb_pauses() }
+    }
+
     fn slot_addr(&self) -> u64 {
         self.base.wrapping_add(u64::from(self.head) * core::mem::size_of::<Desc>() as u64)
     }
@@ -93,10 +105,8 @@ pub(crate) struct Engine {
     pub(crate) id: u32,
     pub(crate) exec: Mutex<ExecState>,
     pub(crate) regs: Mutex<EngineRegs>,
-    /// Bumped by every doorbell so an idle worker notices new work. Written by the CPU side, read by the
-    /// worker: kept on cache lines of its own so the worker's counters do not bounce with it.
-    pub(crate) kick: CacheAligned<AtomicU64>,
-    pub(crate) worker: OnceLock<Thread>,
+    /// How doorbells reach the worker thread (`ExecPolicy::Threaded`).
+    pub(crate) signal: WorkerSignal,
     /// Written by the worker (and the doorbell counter by the CPU side, on its own line inside).
     pub(crate) stats: CacheAligned<EngineCounters>,
 }
@@ -112,6 +122,49 @@ impl<T> std::ops::Deref for CacheAligned<T> {
     fn deref(&self) -> &T {
         &self.0
     }
+}
+
+/// What a waiting CPU thread found when it offered to execute an engine's pending work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Assist {
+    /// Nothing runnable.
+    Idle,
+    /// Someone else is executing a batch (the exec lock is held): it notifies waiters when the batch ends.
+    Busy,
+    /// Work is runnable and left to the engine's running worker.
+    Pending,
+    /// The waiter executed work.
+    Ran,
+}
+
+/// The queue pair a batch executes, where its cursors stand and how many pairs it may take.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    qid: usize,
+    tx: Cursor,
+    rx: Cursor,
+    budget: u32,
+}
+
+/// What `claim` found.
+enum Pick {
+    /// Nothing runnable.
+    Idle,
+    /// The picked queue pair hung (a V2 reset window, or the fault plan).
+    Hung,
+    /// A batch to execute.
+    Run(Claim),
+}
+
+/// The end of a batch: where the cursors stopped and what went wrong, reported once the exec lock is released.
+#[derive(Debug)]
+struct BatchEnd {
+    qid: usize,
+    tx: Cursor,
+    rx: Cursor,
+    done: u32,
+    fault: Option<FaultKind>,
+    corruption: Option<CorruptionReport>,
 }
 
 /// Longest single wait a fault-plan entry can impose (keeps `Instant` arithmetic from overflowing on absurd
@@ -145,8 +198,7 @@ impl Engine {
             id,
             exec: Mutex::new(ExecState::default()),
             regs: Mutex::new(EngineRegs::default()),
-            kick: CacheAligned(AtomicU64::new(0)),
-            worker: OnceLock::new(),
+            signal: WorkerSignal::new(),
             stats: CacheAligned(EngineCounters::default()),
         }
     }
@@ -176,6 +228,7 @@ impl Engine {
                     // Under `regs`, before the engine can fetch this work: where the batch ends.
                     dev.plan.on_rx_doorbell(self.id, qid as u32, (end - 1) % ring_len);
                 }
+                dev.activity.mark(dev.index, self.id);
                 None
             }
         };
@@ -226,26 +279,31 @@ impl Engine {
     pub(crate) fn wake_if_runnable(&self, dev: &Arc<DeviceCore>) {
         let any = {
             let r = lock(&self.regs);
-            (0..r.queues.len()).any(|q| r.runnable(q))
+            let any = (0..r.queues.len()).any(|q| r.runnable(q));
+            if any {
+                dev.activity.mark(dev.index, self.id);
+            }
+            any
         };
         if any {
             self.wake(dev);
         }
     }
 
+    /// Gets marked work executed according to the device's policy.
     fn wake(&self, dev: &Arc<DeviceCore>) {
         match dev.exec {
             ExecPolicy::Inline => self.run_until_idle(dev),
-            ExecPolicy::Threaded => match crate::worker::ensure(dev, self.id) {
-                Some(t) => {
-                    // Release pairs with the worker's Acquire load: a worker that sees the new count also
-                    // sees the register update made before it (also ordered by the regs mutex).
-                    self.kick.fetch_add(1, Ordering::Release);
-                    t.unpark();
+            // Executed by the next CPU thread that waits in the platform's delay.
+            ExecPolicy::Deferred => {}
+            ExecPolicy::Threaded => {
+                if crate::worker::ensure(dev, self.id) {
+                    self.signal.ring();
+                } else {
+                    // No worker (shutting down, or the OS refused a thread): execute here rather than lose work.
+                    self.run_until_idle(dev);
                 }
-                // No worker (shutting down, or the OS refused a thread): execute here rather than lose work.
-                None => self.run_until_idle(dev),
-            },
+            }
         }
     }
 
@@ -255,9 +313,54 @@ impl Engine {
     }
 
     /// As [`Engine::run_until_idle`], but gives up between batches once `stop()` says so (a worker whose
-    /// device is shutting down must not first work through a backlog slowed down by the fault plan).
-    pub(crate) fn run_until_idle_or_stopped(&self, dev: &DeviceCore, stop: &dyn Fn() -> bool) {
-        while !stop() && self.step(dev) {}
+    /// device is shutting down must not first work through a backlog slowed down by the fault plan). Returns
+    /// whether it executed anything.
+    pub(crate) fn run_until_idle_or_stopped(&self, dev: &DeviceCore, stop: &dyn Fn() -> bool) -> bool {
+        let mut ran = false;
+        while !stop() && self.step(dev, lock(&self.exec)) {
+            ran = true;
+        }
+        self.settle(dev);
+        ran
+    }
+
+    /// A CPU thread waiting in the platform's delay offers to execute this engine's work. If nobody is
+    /// executing it, it runs the engine exactly as the worker would — until idle, or until `done()` says the
+    /// waiter has what it waits for (the rest stays pending for the worker or the next waiter). It leaves the
+    /// work alone while the engine's worker is running and `eager` is false (the waiter has not yet given the
+    /// worker its chance to pick the work up).
+    pub(crate) fn assist(&self, dev: &DeviceCore, eager: bool, done: &dyn Fn() -> bool) -> Assist {
+        if !eager && self.signal.is_running() {
+            // Still marked, or already claimed: `Pending` either way (the waiter keeps watching).
+            return Assist::Pending;
+        }
+        let mut ran = false;
+        loop {
+            let exec = match self.exec.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                // Someone else took over: they run until idle and settle.
+                Err(TryLockError::WouldBlock) => return if ran { Assist::Ran } else { Assist::Busy },
+            };
+            if !self.step(dev, exec) {
+                break;
+            }
+            ran = true;
+            if done() {
+                // Not idle: no settling; whoever runs the rest settles.
+                return Assist::Ran;
+            }
+        }
+        self.settle(dev);
+        if ran {
+            Assist::Ran
+        } else {
+            Assist::Idle
+        }
+    }
+
+    /// The engine ran out of work: in Relaxed mode its posted writes land now.
+    fn settle(&self, dev: &DeviceCore) {
         if dev.ordering == OrderingMode::Relaxed {
             let mut exec = lock(&self.exec);
             self.drain(dev, &mut exec);
@@ -287,46 +390,79 @@ impl Engine {
         lock(&dev.faults).push(f);
     }
 
-    /// Executes one batch of descriptor pairs of one runnable queue pair. Returns false when nothing is
-    /// runnable.
-    fn step(&self, dev: &DeviceCore) -> bool {
-        let mut exec = lock(&self.exec);
-        let (qid, mut tx, mut rx, budget) = {
-            let mut r = lock(&self.regs);
-            let Some(qid) = r.pick() else { return false };
-            // Read after taking `regs`: a plan entry added before the doorbell that handed us this work
-            // happens-before this load (through the regs mutex), so it cannot be missed.
-            let plan_active = dev.plan.is_active();
-            if dev.resets.hangs(self.id, qid as u32) {
-                tracing::debug!(engine = self.id, qid, "V2 queue hung: doorbell during a NeuronCore reset");
-                r.pairs[qid].hung = true;
+    /// Executes one batch of descriptor pairs of one runnable queue pair, holding `exec` (released before the
+    /// batch's faults are reported and waiters notified). Returns false when nothing is runnable.
+    fn step(&self, dev: &DeviceCore, mut exec: MutexGuard<'_, ExecState>) -> bool {
+        let claim = match self.claim(dev) {
+            Pick::Idle => return false,
+            Pick::Hung => {
+                drop(exec);
+                dev.activity.waiters.notify();
                 return true;
             }
-            if plan_active && dev.plan.take_hang(self.id, qid as u32) {
-                tracing::debug!(engine = self.id, qid, "queue hung by the fault plan");
-                r.pairs[qid].hung = true;
-                return true;
-            }
-            let [t, x] = r.queues[qid];
-            let cursor = |q: &crate::bar0::QueueRegs| Cursor {
-                base: q.ring_base(),
-                len: q.ring_len(),
-                head: q.head,
-                phase: q.head_phase,
-                dmb_pauses: q.dmb_pauses(),
-            };
-            // With a plan, one pair per batch: delays and corruption apply per descriptor.
-            let budget = t.pending.min(x.pending).min(if plan_active { 1 } else { MAX_BATCH });
-            (qid, cursor(&t), cursor(&x), budget)
+            Pick::Run(claim) => claim,
         };
+        let end = self.run_batch(dev, &mut exec, claim);
+        drop(exec);
+        self.report(dev, end);
+        true
+    }
 
+    /// Picks the next runnable queue pair (round robin) and reads its cursors; hangs it instead when a V2
+    /// reset window or the fault plan says so. Unmarks the engine when nothing is runnable.
+    fn claim(&self, dev: &DeviceCore) -> Pick {
+        let mut r = lock(&self.regs);
+        let Some(qid) = r.pick() else {
+            dev.activity.unmark(dev.index, self.id);
+            return Pick::Idle;
+        };
+        // Read after taking `regs`: a plan entry added before the doorbell that handed us this work
+        // happens-before this load (through the regs mutex), so it cannot be missed.
+        let plan_active = dev.plan.is_active();
+        if dev.resets.hangs(self.id, qid as u32) {
+            tracing::debug!(engine = self.id, qid, "V2 queue hung: doorbell during a NeuronCore reset");
+            r.pairs[qid].hung = true;
+            return Pick::Hung;
+        }
+        if plan_active && dev.plan.take_hang(self.id, qid as u32) {
+            tracing::debug!(engine = self.id, qid, "queue hung by the fault plan");
+            r.pairs[qid].hung = true;
+            return Pick::Hung;
+        }
+        let [t, x] = r.queues[qid];
+        // With a plan, one pair per batch: delays and corruption apply per descriptor.
+        let budget = t.pending.min(x.pending).min(if plan_active { 1 } else { MAX_BATCH });
+        Pick::Run(Claim { qid, tx: Cursor::at_head(&t), rx: Cursor::at_head(&x), budget })
+    }
+
+    /// Fetches, executes and retires the pairs of `claim`; counts and traces the batch.
+    fn run_batch(&self, dev: &DeviceCore, exec: &mut ExecState, claim: Claim) -> BatchEnd {
         let start = dev.trace.enabled().then(Instant::now);
         let mut ops = std::mem::take(&mut exec.scratch);
+        let end = self.fetch_batch(dev, &claim, &mut ops);
+        let bytes = self.execute(dev, exec, &ops);
         ops.clear();
-        let mut fault = None;
+        exec.scratch = ops;
+        self.retire(&end);
+        if let Some(start) = start.filter(|_| end.done > 0) {
+            let kind = EngineEventKind::Batch { descriptors: end.done, bytes };
+            let e = EngineEvent { engine: self.id, qid: claim.qid as u32, kind, start, end: Instant::now() };
+            dev.trace.record(e);
+        }
+        // Counted before the exec lock is released, so a reset (which takes it) sees final counters.
+        EngineCounters::add(&self.stats.descriptors, u64::from(end.done));
+        EngineCounters::add(&self.stats.bytes, bytes);
+        end
+    }
+
+    /// Fetches up to `claim.budget` pairs into `ops`, stopping at the first that faults.
+    fn fetch_batch(&self, dev: &DeviceCore, claim: &Claim, ops: &mut Vec<Op>) -> BatchEnd {
+        ops.clear();
+        let (mut tx, mut rx) = (claim.tx, claim.rx);
         let mut corruption = None;
-        for _ in 0..budget {
-            match self.fetch_pair(dev, qid, &tx, &rx, &mut corruption) {
+        let mut fault = None;
+        for _ in 0..claim.budget {
+            match self.fetch_pair(dev, claim.qid, &tx, &rx, &mut corruption) {
                 Ok(op) => {
                     ops.push(op);
                     tx.advance();
@@ -338,35 +474,31 @@ impl Engine {
                 }
             }
         }
-        let done = ops.len() as u32;
-        let bytes = self.execute(dev, &mut exec, &ops);
-        ops.clear();
-        exec.scratch = ops;
+        BatchEnd { qid: claim.qid, tx, rx, done: ops.len() as u32, fault, corruption }
+    }
 
-        {
-            let mut r = lock(&self.regs);
-            for (d, c) in [(0, tx), (1, rx)] {
-                let q = &mut r.queues[qid][d];
-                q.head = c.head;
-                q.head_phase = c.phase;
-                // Only doorbells ran concurrently (a reset needs the exec lock we hold): pending only grew.
-                q.pending -= done;
-                if let Some(kind) = fault {
-                    q.status = kind.status_code();
-                }
-            }
-            if fault.is_some() {
-                r.pairs[qid].halted = true;
+    /// Moves the queue pair's heads past the executed pairs; a fault halts the pair with its status code.
+    fn retire(&self, end: &BatchEnd) {
+        let mut r = lock(&self.regs);
+        for (d, c) in [(0, end.tx), (1, end.rx)] {
+            let q = &mut r.queues[end.qid][d];
+            q.head = c.head;
+            q.head_phase = c.phase;
+            // Only doorbells ran concurrently (a reset needs the exec lock we hold): pending only grew.
+            q.pending -= end.done;
+            if let Some(kind) = end.fault {
+                q.status = kind.status_code();
             }
         }
-        if let Some(start) = start.filter(|_| done > 0) {
-            let kind = EngineEventKind::Batch { descriptors: done, bytes };
-            dev.trace.record(EngineEvent { engine: self.id, qid: qid as u32, kind, start, end: Instant::now() });
+        if end.fault.is_some() {
+            r.pairs[end.qid].halted = true;
         }
-        // Counted before the exec lock is released, so a reset (which takes it) sees final counters.
-        EngineCounters::add(&self.stats.descriptors, u64::from(done));
-        EngineCounters::add(&self.stats.bytes, bytes);
-        drop(exec);
+    }
+
+    /// After the exec lock is released: records the batch's fault and corruption, and wakes sleeping waiters
+    /// (the batch's last host write may be the marker one of them waits for).
+    fn report(&self, dev: &DeviceCore, end: BatchEnd) {
+        let BatchEnd { qid, tx, rx, fault, corruption, .. } = end;
         if let Some(kind) = fault {
             tracing::warn!(engine = self.id, qid, ?kind, m2s_head = tx.head, s2m_head = rx.head, "queue halted");
             self.record(dev, DmaFault { engine: self.id, qid: qid as u32, kind, m2s_head: tx.head, s2m_head: rx.head });
@@ -375,7 +507,7 @@ impl Engine {
             c.outcome = fault.map_or(CorruptOutcome::Benign, CorruptOutcome::Fault);
             lock(&dev.corruptions).push(c);
         }
-        true
+        dev.activity.waiters.notify();
     }
 
     fn fetch_desc(dev: &DeviceCore, c: &Cursor) -> Result<Desc, FaultKind> {
@@ -389,6 +521,7 @@ impl Engine {
         Ok(Desc::from_words(word(0), word(4), buf))
     }
 
+    /// Fetches the pair at the cursors, lets the fault plan corrupt it, and checks it.
     fn fetch_pair(
         &self,
         dev: &DeviceCore,
@@ -400,28 +533,56 @@ impl Engine {
         let mut td = Self::fetch_desc(dev, tx)?;
         let mut rd = Self::fetch_desc(dev, rx)?;
         if let Some(c) = dev.plan.on_fetch(self.id, qid as u32) {
-            let (d, slot) = match c.dir {
-                Direction::Tx => (&mut td, tx.head),
-                Direction::Rx => (&mut rd, rx.head),
-            };
-            *d = match c.field {
-                CorruptField::RingId | CorruptField::Length => {
-                    Desc::from_words(d.len_ctrl().into_bits() ^ (1 << c.bit), d.word1(), d.buf_ptr())
-                }
-                CorruptField::Address => {
-                    Desc::from_words(d.len_ctrl().into_bits(), d.word1(), d.buf_ptr() ^ (1 << c.bit))
-                }
-            };
-            *corruption = Some(CorruptionReport {
-                engine: self.id,
-                qid: qid as u32,
-                dir: c.dir,
-                slot,
-                field: c.field,
-                bit: c.bit,
-                outcome: CorruptOutcome::Benign,
-            });
+            *corruption = Some(self.corrupt(qid, c, (&mut td, tx), (&mut rd, rx)));
         }
+        let (copy, t) = Self::check_pair(dev, &td, &rd, tx, rx)?;
+        Ok(Op {
+            copy,
+            descs: 1,
+            drain_before: (t.len_ctrl.dmb() && tx.dmb_pauses) || rd.len_ctrl().sow(),
+            write_barrier: t.meta_ctrl.write_barrier(),
+            dropped: dev.plan.take_dropped_write(self.id, qid as u32, rx.head),
+        })
+    }
+
+    /// Flips the planned bit of one descriptor of the pair; the report's outcome is filled in later.
+    fn corrupt(
+        &self,
+        qid: usize,
+        c: Corruption,
+        tx: (&mut Desc, &Cursor),
+        rx: (&mut Desc, &Cursor),
+    ) -> CorruptionReport {
+        let (d, slot) = match c.dir {
+            Direction::Tx => (tx.0, tx.1.head),
+            Direction::Rx => (rx.0, rx.1.head),
+        };
+        *d = match c.field {
+            CorruptField::RingId | CorruptField::Length => {
+                Desc::from_words(d.len_ctrl().into_bits() ^ (1 << c.bit), d.word1(), d.buf_ptr())
+            }
+            CorruptField::Address => Desc::from_words(d.len_ctrl().into_bits(), d.word1(), d.buf_ptr() ^ (1 << c.bit)),
+        };
+        CorruptionReport {
+            engine: self.id,
+            qid: qid as u32,
+            dir: c.dir,
+            slot,
+            field: c.field,
+            bit: c.bit,
+            outcome: CorruptOutcome::Benign,
+        }
+    }
+
+    /// The checks an engine makes on a fetched pair: both phases match the cursors, both lengths agree, and
+    /// both buffers decode to memory. Returns the copy and the TX view.
+    fn check_pair(
+        dev: &DeviceCore,
+        td: &Desc,
+        rd: &Desc,
+        tx: &Cursor,
+        rx: &Cursor,
+    ) -> Result<(Copy, TxDesc), FaultKind> {
         let (t, r) = (td.tx(), rd.rx());
         for (dir, cur, found) in [(Direction::Tx, tx, t.len_ctrl.ring_id()), (Direction::Rx, rx, r.len_ctrl.ring_id())]
         {
@@ -435,13 +596,7 @@ impl Engine {
         }
         let src = dev.map.decode(t.src, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: t.src, len: tl })?;
         let dst = dev.map.decode(r.dst, u64::from(tl)).ok_or(FaultKind::BadAddress { addr: r.dst, len: tl })?;
-        Ok(Op {
-            copy: Copy { src, dst, len: tl as usize },
-            descs: 1,
-            drain_before: (t.len_ctrl.dmb() && tx.dmb_pauses) || r.len_ctrl.sow(),
-            write_barrier: t.meta_ctrl.write_barrier(),
-            dropped: dev.plan.take_dropped_write(self.id, qid as u32, rx.head),
-        })
+        Ok((Copy { src, dst, len: tl as usize }, t))
     }
 
     /// Performs a batch under the ordering model; returns the bytes moved.
@@ -452,56 +607,77 @@ impl Engine {
         let mut bytes = 0;
         let mut i = 0;
         while i < ops.len() {
-            let mut op = ops[i];
-            i += 1;
-            // Merge contiguous descriptors into one memmove unless a barrier sits between them.
-            while i < ops.len() && !op.write_barrier && !ops[i].drain_before && !op.dropped && !ops[i].dropped {
-                let Some(m) = op.copy.merged(&ops[i].copy) else { break };
-                op = Op {
-                    copy: m,
-                    descs: op.descs + 1,
-                    drain_before: op.drain_before,
-                    write_barrier: ops[i].write_barrier,
-                    dropped: false,
-                };
-                i += 1;
-            }
+            let (op, next) = Self::merge_run(ops, i);
+            i = next;
             if op.drain_before {
                 self.drain(dev, exec);
             }
             if delay_us > 0 {
-                let us = delay_us.saturating_mul(op.descs);
-                EngineCounters::add(&self.stats.delayed_us, us);
-                wait_until(later(Instant::now(), Duration::from_micros(us)));
+                self.inject_delay(delay_us.saturating_mul(op.descs));
             }
             let start = Instant::now();
-            if op.dropped {
-                tracing::debug!(engine = self.id, "final write of a batch dropped by the fault plan");
-            } else if posts && op.copy.dst.space == Space::Hbm {
-                exec.posted.post(op.copy);
-            } else {
-                if !exec.posted.is_empty() && exec.posted.conflicts(&op.copy) {
-                    self.drain(dev, exec);
-                }
-                op.copy.perform(&dev.map);
-            }
+            self.land(dev, exec, &op, posts);
             EngineCounters::add(&self.stats.copies, 1);
             if op.write_barrier {
                 self.drain(dev, exec);
             }
             if let Some(rate) = rate {
-                // Token bucket of depth one copy: this copy "finishes" len/rate after the later of now and
-                // the previous copy's finish; the engine waits for that before going on.
-                let begin = exec.next_free.filter(|t| *t > start).unwrap_or(start);
-                let cost_ns = (op.copy.len as u128 * 1_000_000_000 / u128::from(rate.max(1))) as u64;
-                EngineCounters::add(&self.stats.throttled_ns, cost_ns);
-                let finish = later(begin, Duration::from_nanos(cost_ns));
-                exec.next_free = Some(finish);
-                wait_until(finish);
+                self.throttle(exec, op.copy.len, rate, start);
             }
             bytes += op.copy.len as u64;
         }
         bytes
+    }
+
+    /// The op at `ops[i]` merged with the contiguous ops after it (one memmove) up to a barrier or a dropped
+    /// write; returns it and the index after the run.
+    fn merge_run(ops: &[Op], mut i: usize) -> (Op, usize) {
+        let mut op = ops[i];
+        i += 1;
+        while i < ops.len() && !op.write_barrier && !ops[i].drain_before && !op.dropped && !ops[i].dropped {
+            let Some(m) = op.copy.merged(&ops[i].copy) else { break };
+            op = Op {
+                copy: m,
+                descs: op.descs + 1,
+                drain_before: op.drain_before,
+                write_barrier: ops[i].write_barrier,
+                dropped: false,
+            };
+            i += 1;
+        }
+        (op, i)
+    }
+
+    /// The fault plan's per-descriptor delay: counted, then waited out.
+    fn inject_delay(&self, us: u64) {
+        EngineCounters::add(&self.stats.delayed_us, us);
+        wait_until(later(Instant::now(), Duration::from_micros(us)));
+    }
+
+    /// Lands one (merged) copy: dropped by the plan, posted (an HBM destination in a posting mode), or
+    /// performed now — after draining posted writes it would observe.
+    fn land(&self, dev: &DeviceCore, exec: &mut ExecState, op: &Op, posts: bool) {
+        if op.dropped {
+            tracing::debug!(engine = self.id, "final write of a batch dropped by the fault plan");
+        } else if posts && op.copy.dst.space == Space::Hbm {
+            exec.posted.post(op.copy);
+        } else {
+            if !exec.posted.is_empty() && exec.posted.conflicts(&op.copy) {
+                self.drain(dev, exec);
+            }
+            op.copy.perform(&dev.map);
+        }
+    }
+
+    /// The bandwidth limit, a token bucket of depth one copy: a copy of `len` bytes started at `start`
+    /// "finishes" len/rate after the later of `start` and the previous copy's finish; the engine waits for it.
+    fn throttle(&self, exec: &mut ExecState, len: usize, rate: u64, start: Instant) {
+        let begin = exec.next_free.filter(|t| *t > start).unwrap_or(start);
+        let cost_ns = (len as u128 * 1_000_000_000 / u128::from(rate.max(1))) as u64;
+        EngineCounters::add(&self.stats.throttled_ns, cost_ns);
+        let finish = later(begin, Duration::from_nanos(cost_ns));
+        exec.next_free = Some(finish);
+        wait_until(finish);
     }
 
     /// Posted writes waiting on this engine.

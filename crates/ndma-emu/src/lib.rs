@@ -8,21 +8,28 @@
 //! Map of the crate:
 //! - [`memory`]: a lazily committed physical memory space; [`host`], [`hbm`]: host DRAM and HBM;
 //! - `addr_map`: how an engine address selects host DRAM or HBM;
-//! - `bar0`: register decode and storage; `engine`: descriptor execution; `worker`: the threaded policy;
+//! - `bar0`: register decode and storage; `engine`: descriptor execution; `worker`: the threaded policy and
+//!   `handoff` its doorbell → worker signal;
+//! - [`EmuPlatform`]: the op layer's platform; `clock`: real or virtual time; `delay`: how a waiting thread
+//!   waits, watching the marker and executing pending work (`activity`: the doorbells' marks; `waiters`);
 //! - [`ordering`]: the fabric ordering model; [`faults`]: recorded faults and the fault plan;
 //! - [`system`]: configuration and the instance; [`stats`]: counters; `trace`: an optional engine timeline;
 //! - [`user`]: user address spaces (page tables over host-DRAM frames, pinning) for zero-copy;
 //! - [`shared`]: host memory mapped by another process (memfd + offset).
 #![warn(missing_docs)]
 
+mod activity;
 mod addr_map;
 mod bar0;
 mod bulk;
+mod clock;
 mod copy;
+mod delay;
 mod device;
 mod engine;
 mod error;
 pub mod faults;
+mod handoff;
 pub mod hbm;
 pub mod host;
 mod lock;
@@ -32,14 +39,18 @@ pub mod ordering;
 mod platform;
 pub mod shared;
 pub mod stats;
+mod sync;
 pub mod system;
 mod testbed;
 mod trace;
 pub mod user;
+mod waiters;
 mod worker;
 
 pub use addr_map::Space;
 pub use bar0::engine_state;
+pub use clock::{ClockKind, HZ};
+pub use delay::WaitTiming;
 pub use device::EmuDevice;
 pub use error::EmuError;
 pub use faults::{
@@ -51,10 +62,18 @@ pub use host::{HostBuf, HostMemory, DEFAULT_HOST_DRAM_SIZE, HOST_DRAM_BASE};
 pub use memory::MemSpace;
 pub use nc_reset::JiffiesClock;
 pub use ordering::OrderingMode;
-pub use platform::{ClockKind, EmuPlatform, HZ};
+pub use platform::EmuPlatform;
 pub use shared::{SharedMapping, SharedRange};
 pub use stats::EngineStats;
 pub use system::{EmuConfig, EmuSystem, ExecPolicy, MAX_DEVICES};
 pub use testbed::{device_hw, Testbed, TestbedConfig, TestbedError};
 pub use trace::{EngineEvent, EngineEventKind};
 pub use user::{AddressSpace, LeakCheck, MapSpec, MmError, Placement};
+
+/// The two hand-off protocols, public only for the loom models in `tests/loom_*.rs`.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_api {
+    pub use crate::handoff::{Doze, WorkerSignal};
+    pub use crate::waiters::{Registration, Waiters};
+}

@@ -1,17 +1,21 @@
-//! A whole emulated instance: one host DRAM and N devices.
+//! A whole emulated instance: one host DRAM, N devices, one clock and the platform the op layer runs on.
 
 use std::sync::Arc;
 
 use udma::Arch;
 
+use crate::activity::Activity;
+use crate::clock::{Clock, ClockKind};
+use crate::delay::Engines;
 use crate::hbm::{DEFAULT_HBM_SIZE_V2, DEFAULT_HBM_SIZE_V3};
 use crate::host::DEFAULT_HOST_DRAM_SIZE;
-use crate::{EmuDevice, EmuError, HostMemory, OrderingMode};
+use crate::{EmuDevice, EmuError, EmuPlatform, HostMemory, OrderingMode};
 
 /// `MAX_NEURON_DEVICE_COUNT` (FACTS §4).
 pub const MAX_DEVICES: usize = 64;
 
-/// Who executes descriptors.
+/// Who executes descriptors. Under every policy a CPU thread waiting in the system platform's delay also
+/// executes pending work that nobody else is executing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExecPolicy {
     /// A worker thread per engine (spawned on first doorbell), spinning briefly then parking.
@@ -20,6 +24,11 @@ pub enum ExecPolicy {
     /// The doorbell write executes everything runnable on the calling thread before it returns:
     /// deterministic, for tests.
     Inline,
+    /// A doorbell only hands work over; it executes when a thread waits in the system platform's delay
+    /// (`udelay`, `delay_until`). Deterministic like `Inline`, but work stays pending between a doorbell and
+    /// the next wait, as with a real engine: for tests of the waiting path and of what is observable while
+    /// work is in flight.
+    Deferred,
 }
 
 /// How to build an [`EmuSystem`].
@@ -37,12 +46,14 @@ pub struct EmuConfig {
     pub exec: ExecPolicy,
     /// Fabric ordering model.
     pub ordering: OrderingMode,
+    /// The clock of the system's platform and of its NeuronCore reset model.
+    pub clock: ClockKind,
     /// Seed of every random choice the model makes (fault plans).
     pub seed: u64,
 }
 
 impl EmuConfig {
-    /// One device of `arch` with default sizes, threaded execution and relaxed ordering.
+    /// One device of `arch` with default sizes, threaded execution, relaxed ordering and a real clock.
     pub fn new(arch: Arch) -> Self {
         EmuConfig {
             arch,
@@ -51,6 +62,7 @@ impl EmuConfig {
             host_dram_size: DEFAULT_HOST_DRAM_SIZE,
             exec: ExecPolicy::default(),
             ordering: OrderingMode::default(),
+            clock: ClockKind::default(),
             seed: 0x6e64_6d61,
         }
     }
@@ -76,10 +88,13 @@ pub struct EmuSystem {
     cfg: EmuConfig,
     host: Arc<HostMemory>,
     devices: Vec<Arc<EmuDevice>>,
+    platform: Arc<EmuPlatform>,
 }
 
 impl EmuSystem {
-    /// Builds host DRAM and `cfg.devices` devices. Memory is committed lazily, page by page.
+    /// Builds host DRAM, `cfg.devices` devices and the platform over them, and connects every device's
+    /// NeuronCore reset model to the platform's clock (bring-up counts as a reset that just finished). Memory
+    /// is committed lazily, page by page.
     ///
     /// # Errors
     ///
@@ -90,14 +105,24 @@ impl EmuSystem {
             return Err(EmuError::InvalidConfig("device count must be 1..=64"));
         }
         let host = Arc::new(HostMemory::new(cfg.host_dram_size)?);
-        let devices = (0..cfg.devices)
-            .map(|i| {
-                let seed = cfg.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                EmuDevice::new(i, cfg.arch, Arc::clone(&host), cfg.hbm_size(), cfg.exec, cfg.ordering, seed)
-                    .map(Arc::new)
-            })
+        let activity = Arc::new(Activity::new(cfg.arch, cfg.devices));
+        let devices: Vec<Arc<EmuDevice>> = (0..cfg.devices)
+            .map(|i| EmuDevice::new(i, &cfg, Arc::clone(&host), Arc::clone(&activity)).map(Arc::new))
             .collect::<Result<_, _>>()?;
-        Ok(EmuSystem { cfg, host, devices })
+        let clock = Arc::new(Clock::new(cfg.clock));
+        for d in &devices {
+            let c = Arc::clone(&clock);
+            d.core().resets.set_clock(Arc::new(move || c.jiffies()));
+        }
+        let engines = Engines { cores: devices.iter().map(|d| Arc::clone(d.core())).collect(), activity };
+        let platform = Arc::new(EmuPlatform::with(Arc::clone(&host), clock, Some(engines)));
+        Ok(EmuSystem { cfg, host, devices, platform })
+    }
+
+    /// The platform the op layer runs on: the system's clock, and delays that execute the system's pending
+    /// engine work while they wait.
+    pub fn platform(&self) -> &Arc<EmuPlatform> {
+        &self.platform
     }
 
     /// The configuration it was built from.

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use ndma::{DeviceHw, Instance, NeuronDevice, System};
 
-use crate::platform::{ClockKind, EmuPlatform};
+use crate::clock::ClockKind;
+use crate::delay::WaitTiming;
+use crate::platform::EmuPlatform;
 use crate::{EmuConfig, EmuDevice, EmuError, EmuSystem, ExecPolicy, OrderingMode};
 
 /// How to build a [`Testbed`].
@@ -19,6 +21,8 @@ pub struct TestbedConfig {
     pub ordering: OrderingMode,
     /// Platform clock.
     pub clock: ClockKind,
+    /// How the platform's marker-aware delay times the op layer's waits.
+    pub timing: WaitTiming,
     /// HBM per device (`None`: the arch default).
     pub hbm_size: Option<u64>,
     /// Host DRAM size.
@@ -31,7 +35,7 @@ pub struct TestbedConfig {
 }
 
 impl TestbedConfig {
-    /// Defaults for `instance`: threaded engines, relaxed ordering, real clock, default sizes.
+    /// Defaults for `instance`: threaded engines, relaxed ordering, real clock, marker timing, default sizes.
     pub fn new(instance: Instance) -> Self {
         let emu = EmuConfig::new(instance.arch);
         TestbedConfig {
@@ -39,6 +43,7 @@ impl TestbedConfig {
             exec: emu.exec,
             ordering: emu.ordering,
             clock: ClockKind::Real,
+            timing: WaitTiming::Marker,
             hbm_size: None,
             host_dram_size: emu.host_dram_size,
             seed: emu.seed,
@@ -59,11 +64,11 @@ pub enum TestbedError {
 }
 
 /// An emulated instance and the op layer's [`System`] over it. Fields drop in order: the op layer first,
-/// then the platform, then the device model (which joins its engine workers).
+/// then the platform handle, then the device model (which joins its engine workers).
 pub struct Testbed {
     /// The op layer's devices.
     pub system: System,
-    /// The platform the op layer runs on.
+    /// The platform the op layer runs on ([`EmuSystem::platform`]).
     pub platform: Arc<EmuPlatform>,
     /// The device model.
     pub emu: EmuSystem,
@@ -83,14 +88,12 @@ impl Testbed {
             host_dram_size: cfg.host_dram_size,
             exec: cfg.exec,
             ordering: cfg.ordering,
+            clock: cfg.clock,
             seed: cfg.seed,
         })?;
-        let platform = Arc::new(EmuPlatform::new(emu.host().clone(), cfg.clock));
+        let platform = Arc::clone(emu.platform());
         platform.set_emulation(cfg.emulation_budgets);
-        for dev in emu.devices() {
-            let p = platform.clone();
-            dev.set_reset_clock(Arc::new(move || ndma::Platform::jiffies(&*p)));
-        }
+        platform.set_timing(cfg.timing);
         let hw = emu.devices().iter().map(device_hw).collect();
         let system = System::new(cfg.instance.arch, platform.clone(), hw)?;
         Ok(Testbed { system, platform, emu })

@@ -1,80 +1,84 @@
 //! `ExecPolicy::Threaded`: one worker thread per engine, spawned on the engine's first doorbell. It runs the
-//! engine until idle, spins briefly for more work, then parks; doorbells unpark it. Workers stop and are
-//! joined when the device shuts down.
+//! engine until idle; after useful work it spins briefly for more; then it dozes in short timed sleeps while
+//! doorbells keep ringing, and parks once they stop, until a doorbell unparks it (the hand-off is
+//! [`crate::handoff::WorkerSignal`]). Workers stop and are joined when the device shuts down.
+//!
+//! Waking a sleeping worker is slow on a small virtual machine: the doorbell pays a system call and an
+//! inter-processor interrupt (10–20 µs here), and the worker may then wait for a CPU for milliseconds.
+//! Nothing waits for that: a doorbell does not wake a dozing worker at all, and a CPU thread waiting for the
+//! work's completion runs it itself when the worker is not running (`Engine::assist`). So a synchronous
+//! caller's copies mostly execute on its own thread, and the worker carries work that nobody waits for yet
+//! (asynchronous submissions), staying hot while it finds some.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use crate::device::DeviceCore;
+use crate::handoff::Doze;
 use crate::lock::lock;
+use crate::sync::thread;
 
-/// How long an idle worker spins before parking: long enough to catch the next batch of a busy op layer
-/// (which restages and rings within a few µs), short enough not to burn a shared core.
+/// How long a worker that just executed something spins for the next doorbell before it dozes: long enough to
+/// catch the next batch of a busy op layer (which acks, restages and rings within a few µs), short enough not
+/// to burn a shared core. Waiting threads do not depend on it (they execute work a worker that is not running
+/// has not picked up).
 const IDLE_SPIN: Duration = Duration::from_micros(30);
 
-/// After the spin, how long an idle worker keeps polling for doorbells while yielding the CPU before it parks.
-/// A parked worker is woken through the scheduler, and on a small virtual machine that wake can take
-/// milliseconds (an idle vCPU is descheduled by the hypervisor) — longer than the silicon poll budget of a
-/// small device-to-device batch (~210 µs). Yielding keeps the worker runnable without starving other threads.
-const IDLE_YIELD: Duration = Duration::from_millis(2);
+/// Then it dozes: naps of 100 µs (plus the timer slack) — a few percent of a core — for as long as doorbells
+/// keep ringing, and parks after 20 naps (2–3 ms) without one: an idle process costs nothing after that.
+const DOZE: Doze = Doze { naps: 20, nap: Duration::from_micros(100) };
 
-/// The worker of engine `eng`, spawning it if needed; `None` once the device is shutting down or if the OS
-/// refuses a thread (the caller then executes inline).
-pub(crate) fn ensure(dev: &Arc<DeviceCore>, eng: u32) -> Option<&Thread> {
-    let e = dev.engines.get(eng as usize)?;
-    if let Some(t) = e.worker.get() {
-        return Some(t);
+/// Makes sure engine `eng` has a worker, spawning it if needed. False once the device is shutting down or if
+/// the OS refuses a thread (the caller then executes inline).
+pub(crate) fn ensure(dev: &Arc<DeviceCore>, eng: u32) -> bool {
+    let Some(e) = dev.engines.get(eng as usize) else { return false };
+    if e.signal.has_worker() {
+        return true;
     }
     // The workers list lock serialises spawning with shutdown: a worker is either pushed before shutdown
-    // takes the list (and is joined), or never spawned.
+    // takes the list (and is joined), or never spawned. It also makes a racing doorbell wait until the
+    // worker is attached to the signal, so that doorbell's `ring` can unpark it.
     let mut workers = lock(&dev.workers);
-    if let Some(t) = e.worker.get() {
-        return Some(t);
+    if e.signal.has_worker() {
+        return true;
     }
     // Relaxed is enough under the workers lock, which `shutdown` holds while setting the flag.
     if dev.shutdown.load(Ordering::Relaxed) {
-        return None;
+        return false;
     }
     let d = Arc::clone(dev);
-    let handle = thread::Builder::new()
-        .name(format!("ndma-emu d{} e{}", dev.index, eng))
-        .spawn(move || run(&d, eng))
-        .map_err(|err| tracing::error!(engine = eng, %err, "cannot spawn engine worker; executing inline"))
-        .ok()?;
-    let t = handle.thread().clone();
-    workers.push(handle);
-    let _ = e.worker.set(t);
-    e.worker.get()
+    let spawned = thread::Builder::new().name(format!("ndma-emu d{} e{}", dev.index, eng)).spawn(move || run(&d, eng));
+    match spawned {
+        Ok(handle) => {
+            e.signal.attach(handle.thread().clone());
+            workers.push(handle);
+            true
+        }
+        Err(err) => {
+            tracing::error!(engine = eng, %err, "cannot spawn engine worker; executing inline");
+            false
+        }
+    }
 }
 
 fn run(dev: &DeviceCore, eng: u32) {
     let Some(e) = dev.engines.get(eng as usize) else { return };
     // Acquire on `shutdown`: pairs with the Release store in `DeviceCore::shutdown`; nothing else rides on it.
     let stopping = || dev.shutdown.load(Ordering::Acquire);
-    loop {
-        if stopping() {
-            return;
-        }
-        // Acquire pairs with the doorbell's Release increment (see `Engine::wake`).
-        let seen = e.kick.load(Ordering::Acquire);
-        e.run_until_idle_or_stopped(dev, &stopping);
-        let idle_since = Instant::now();
-        while e.kick.load(Ordering::Acquire) == seen && !stopping() {
-            let idle = idle_since.elapsed();
-            if idle < IDLE_SPIN {
+    e.signal.set_running();
+    while !stopping() {
+        let seen = e.signal.rung();
+        // Spin for the next doorbell only after useful work: a worker that woke to find the work already done by
+        // a waiting thread goes back to dozing.
+        if e.run_until_idle_or_stopped(dev, &stopping) {
+            let idle_since = Instant::now();
+            while !e.signal.rung_since(seen) && !stopping() && idle_since.elapsed() < IDLE_SPIN {
                 std::hint::spin_loop();
-            } else if idle < IDLE_SPIN + IDLE_YIELD {
-                thread::yield_now();
-            } else {
-                break;
             }
         }
-        if e.kick.load(Ordering::Acquire) == seen && !stopping() {
-            // A doorbell racing with this check has already unparked us or will: the park token is sticky,
-            // so `park` then returns at once and the loop re-runs.
-            thread::park();
+        if !e.signal.rung_since(seen) {
+            e.signal.idle(seen, &stopping, DOZE);
         }
     }
 }

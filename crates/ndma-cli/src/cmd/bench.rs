@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::cli::BenchArgs;
 use crate::error::{CliError, CliResult, OpContext};
 use crate::util::bed::{testbed, BedOpts, Dir, Window};
-use crate::util::measure::{retry_timeouts, Rig};
+use crate::util::measure::Rig;
 use crate::util::output::Out;
 use crate::util::size::fmt_size;
 use crate::util::table::{fmt_gbps, fmt_ratio, Table};
@@ -91,7 +91,7 @@ pub struct Case {
     /// Copies in an async stream.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_copies: Option<u64>,
-    /// Timed operations that hit the poll budget and were retried.
+    /// Poll budgets that ran out during the timed operations.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<u64>,
     /// Why the case failed (no figures then).
@@ -230,7 +230,7 @@ fn print_header(out: Out, opts: BedOpts, arch: &str, statistic: &str, quick: boo
     out.say(
         "async rows: a stream of copies cycling over a window (×copies/window), beside the same stream as sync copies",
     );
-    out.say("timeouts = timed operations that hit the poll budget and were retried (a round trip is never retried)");
+    out.say("timeouts = poll budgets that ran out during the timed operations (any the op layer did not recover fails the case)");
 }
 
 /// One synchronous `memcpy_mc` per operation, every direction and size.
@@ -369,7 +369,7 @@ fn roundtrip(dev: &ndma::NeuronDevice, emu: &ndma_emu::EmuDevice, arch: &str, n:
     const SIZE: u64 = 4096;
     let w = Window::new(dev, emu, Dir::H2d, SIZE, 0, 0x4b)?;
     for _ in 0..(n / 10).max(100) {
-        retry_timeouts(|| w.copy(0, SIZE)).op_ctx(|| "roundtrip_4k warm-up")?;
+        w.copy(0, SIZE).op_ctx(|| "roundtrip_4k warm-up")?;
     }
     w.reset_dst()?;
     // Up to 60 s per round trip (a silicon-budget timeout is far shorter), 3 significant figures: constants

@@ -1,52 +1,17 @@
 //! Measured cases shared by `demo` and `bench`: a warmed, verified copy (or memset) timed beside the
 //! single-thread memcpy baseline of the same bytes, samples interleaved so both see the same machine load.
 //!
-//! Before each timed DMA sample the rig *primes* the engine with an untimed 4 KiB host→device copy: the
-//! model's threaded engine worker parks after ~30 µs idle, and waking a parked thread on a loaded machine can
-//! take longer than the silicon budget of a small device→device batch (~210 µs). Priming keeps the worker
-//! awake for the sample, as a busy engine would be; it is excluded from times and counters.
-//!
-//! An operation that fails with `-ETIMEDOUT` (the op layer has then re-initialised the ring) is retried after
-//! a 1 ms sleep, up to [`MAX_TIMEOUT_RETRIES`] times, and the timeouts are reported
-//! (`Measured::stats.timeouts`). On a 2-core machine the model's engine worker can end up queued behind the
-//! spinning poller on the same CPU until the next scheduler tick (~4 ms), far beyond a small device→device
-//! batch's silicon budget (~210 µs); the sleep gives the CPU to the worker. Any other error, and a timeout
-//! that persists, fails the case.
+//! Every error fails the case, `-ETIMEDOUT` included: nothing here injects faults, so a timeout is a bug.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ndma::{AsyncPipeline, MemChunk, NeuronDevice, StatsSnapshot, Transfer};
+use ndma::{AsyncPipeline, NeuronDevice, StatsSnapshot, Transfer};
 use ndma_emu::EmuDevice;
 
 use super::bed::{alloc, Dir, Window, GUARD};
 use super::pattern::{fill_chunk, verify_chunk, Expect};
 use super::timing::{Baseline, Plan};
 use crate::error::{CliResult, OpContext};
-
-/// Primer copy size.
-const PRIME_BYTES: u64 = 4096;
-/// Retries of one operation that timed out.
-pub const MAX_TIMEOUT_RETRIES: u32 = 3;
-
-/// Runs `op`; after a [`ndma::NdmaError::Timeout`] sleeps 1 ms (yielding the CPU to the engine worker) and
-/// retries, up to [`MAX_TIMEOUT_RETRIES`] times.
-///
-/// # Errors
-///
-/// The first other error, or the last timeout.
-pub fn retry_timeouts(mut op: impl FnMut() -> ndma::Result<()>) -> ndma::Result<()> {
-    let mut tries = 0;
-    loop {
-        match op() {
-            Err(ndma::NdmaError::Timeout { .. }) if tries < MAX_TIMEOUT_RETRIES => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            other => return other,
-        }
-    }
-}
 
 /// Timings of one case.
 #[derive(Debug, Clone, Copy)]
@@ -76,8 +41,7 @@ pub struct Stream {
     pub sync_stats: StatsSnapshot,
 }
 
-/// What every measurement needs: the device, its model, the NC, the sample count, the memcpy baseline and
-/// the primer chunks.
+/// What every measurement needs: the device, its model, the NC, the sample count and the memcpy baseline.
 pub struct Rig<'a> {
     /// Op-layer device.
     pub dev: &'a NeuronDevice,
@@ -89,7 +53,6 @@ pub struct Rig<'a> {
     pub samples: u32,
     /// Single-thread memcpy baseline.
     pub baseline: Baseline,
-    primer: (Arc<MemChunk>, Arc<MemChunk>),
 }
 
 impl<'a> Rig<'a> {
@@ -99,23 +62,17 @@ impl<'a> Rig<'a> {
     ///
     /// Allocation failures.
     pub fn new(dev: &'a NeuronDevice, emu: &'a EmuDevice, nc: u32, samples: u32, max_bytes: u64) -> CliResult<Self> {
-        let primer = (alloc(dev, true, PRIME_BYTES, nc)?, alloc(dev, false, PRIME_BYTES, nc)?);
         let mut baseline = Baseline::new();
         baseline.prepare(max_bytes);
-        Ok(Rig { dev, emu, nc, samples: samples.max(1), baseline, primer })
-    }
-
-    fn prime(&self) -> CliResult {
-        retry_timeouts(|| self.dev.memcpy_mc(&self.primer.0, &self.primer.1, 0, 0, PRIME_BYTES))
-            .op_ctx(|| "priming the engine")
+        Ok(Rig { dev, emu, nc, samples: samples.max(1), baseline })
     }
 
     fn stats(&self) -> CliResult<StatsSnapshot> {
         self.dev.ring_stats(self.nc).op_ctx(|| "reading ring counters")
     }
 
-    /// Best-of `plan.samples` of `op` and of `base`, per operation, samples interleaved (prime, op…, base…,
-    /// prime, op…, …), with the ring counters of the `op` samples only.
+    /// Best-of `plan.samples` of `op` and of `base`, per operation, samples interleaved (op…, base…, op…, …),
+    /// with the ring counters of the `op` samples only.
     fn interleaved(
         &mut self,
         plan: Plan,
@@ -125,11 +82,10 @@ impl<'a> Rig<'a> {
     ) -> CliResult<(Duration, Duration, StatsSnapshot)> {
         let (mut best_op, mut best_base, mut stats) = (Duration::MAX, Duration::MAX, StatsSnapshot::default());
         for _ in 0..plan.samples {
-            self.prime()?;
             let before = self.stats()?;
             let t0 = Instant::now();
             for _ in 0..plan.iters {
-                retry_timeouts(&mut op).op_ctx(|| what.to_string())?;
+                op().op_ctx(|| what.to_string())?;
             }
             best_op = best_op.min(t0.elapsed() / plan.iters as u32);
             stats = stats.merged(&self.stats()?.since(&before));
@@ -153,8 +109,7 @@ impl<'a> Rig<'a> {
         let what = format!("{} copy of {size} bytes", dir.name());
         let (dev, emu) = (self.dev, self.emu);
         let w = Window::new(dev, emu, dir, size, self.nc, size ^ 0x5eed)?;
-        self.prime()?;
-        retry_timeouts(|| w.copy(0, size)).op_ctx(|| format!("{what} (warm-up)"))?;
+        w.copy(0, size).op_ctx(|| format!("{what} (warm-up)"))?;
         w.reset_dst()?;
         let plan = Plan::for_size(size, self.samples);
         self.baseline.prepare(size);
@@ -176,8 +131,7 @@ impl<'a> Rig<'a> {
         let (dev, emu) = (self.dev, self.emu);
         let mc = alloc(dev, false, size + 2 * GUARD, self.nc)?;
         fill_chunk(emu, &mc, 0, size + 2 * GUARD, guard)?;
-        self.prime()?;
-        retry_timeouts(|| dev.memset(&mc, GUARD, warm, size)).op_ctx(|| format!("{what} (warm-up)"))?;
+        dev.memset(&mc, GUARD, warm, size).op_ctx(|| format!("{what} (warm-up)"))?;
         let plan = Plan::for_size(size, self.samples);
         self.baseline.prepare(size);
         let (op, memcpy, stats) =
@@ -210,8 +164,7 @@ impl<'a> Rig<'a> {
             pipe.finish()
         };
         let run_sync = || -> ndma::Result<()> { (0..count).try_for_each(|i| w.copy((i % slots) * size, size)) };
-        self.prime()?;
-        retry_timeouts(run_async).op_ctx(|| format!("async {what} (warm-up)"))?;
+        run_async().op_ctx(|| format!("async {what} (warm-up)"))?;
         w.reset_dst()?;
         self.baseline.prepare(size * slots);
         let one = Plan { samples: 1, iters: 1 };
@@ -230,7 +183,7 @@ impl<'a> Rig<'a> {
         }
         // The async samples already left the right bytes: prove the sync path writes them too.
         w.reset_dst()?;
-        retry_timeouts(run_sync).op_ctx(|| format!("sync {what}"))?;
+        run_sync().op_ctx(|| format!("sync {what}"))?;
         w.verify(&format!("sync {what}"), true)?;
         Ok(Stream { async_t: a, sync_t: s, memcpy_t: m, async_stats, sync_stats })
     }

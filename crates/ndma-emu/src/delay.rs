@@ -1,0 +1,203 @@
+//! How a CPU thread waits in the platform's delays (`udelay`, `delay_until`) on the real clock.
+//!
+//! The op layer waits while the model's engines work, and on a small machine both compete for the same
+//! cores. So a waiting thread:
+//!
+//! 1. returns the moment the awaited word holds its value ([`WaitTiming::Marker`]), or waits the whole delay
+//!    ([`WaitTiming::Driver`]);
+//! 2. runs pending work itself when nobody is executing it — at once when the engine's worker is not running
+//!    (dozing, parked, or absent), after [`ASSIST_GRACE`] when it runs but has not picked the work up (it may
+//!    be off its CPU): the same engine code, found through the doorbells' marks, so a wait never depends on a
+//!    descheduled worker. A delay that is up offers once more before it returns;
+//! 3. while an engine executes (or a running worker is about to pick the work up), spins: the engine is on
+//!    another core, and a small or medium batch ends within the spin;
+//! 4. once an engine has been mid-batch for [`PARK_AFTER`] of this wait, sleeps until a batch ends (engines
+//!    wake registered waiters after each batch), so a long batch does not share its core with a spinning
+//!    poller and a descheduled worker cannot run out the op layer's poll budget meanwhile. This is the one case
+//!    where a delay lasts longer than asked: the engine is provably busy, and the op layer counts the delay as
+//!    one poll however long it lasts;
+//! 5. with nothing runnable anywhere (a hung queue, a plain `udelay`), spins for [`SPIN`], then yields through
+//!    short delays (it gives the core away if anyone wants it) and sleeps through all but the tail of long
+//!    ones.
+//!
+//! "This wait" is a streak: the op layer polls a marker with a series of 1 µs delays on the same word, and a
+//! thread-local remembers when the series began.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::activity::Activity;
+use crate::device::DeviceCore;
+use crate::engine::Assist;
+
+/// How the platform's marker-aware delay (`Platform::delay_until`) times a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitTiming {
+    /// Return as soon as the awaited word holds its value: the first wait and each poll interval end the
+    /// moment the engine writes the marker. Poll counts and budgets stay the driver's.
+    #[default]
+    Marker,
+    /// Wait the whole delay first, as the driver's `udelay` does: the faithful timing.
+    Driver,
+}
+
+/// With nothing runnable, a wait spins this long before it yields.
+pub(crate) const SPIN: Duration = Duration::from_micros(10);
+/// How long a waiter leaves pending work to a running worker before running it itself. A running worker that
+/// is on a CPU picks a doorbell up in well under a microsecond; one that is not may stay off it for milliseconds.
+pub(crate) const ASSIST_GRACE: Duration = Duration::from_micros(4);
+/// How long into a wait an engine must be busy before the waiter sleeps until its batch ends. Shorter than
+/// the tightest silicon budget (a small device→device batch: 200 polls of 1 µs), longer than the model's
+/// 1 MiB batch, whose waiter then never pays a wake-up.
+pub(crate) const PARK_AFTER: Duration = Duration::from_micros(100);
+/// Longest single sleep while an engine is busy (a batch end wakes the waiter before that).
+pub(crate) const PARK_CAP: Duration = Duration::from_millis(1);
+/// Delays with nothing runnable sleep when at least this much of them is left…
+const SLEEP_MIN: Duration = Duration::from_micros(200);
+/// …for all but this tail (a sleep overshoots by the timer slack).
+const SLEEP_TAIL: Duration = Duration::from_micros(100);
+/// Delays on the same word closer together than this continue one wait (a poll loop's calls are ns apart).
+const STREAK_GAP: Duration = Duration::from_micros(20);
+
+/// The engines of a system, as a waiting thread sees them.
+#[derive(Debug)]
+pub(crate) struct Engines {
+    pub(crate) cores: Vec<Arc<DeviceCore>>,
+    pub(crate) activity: Arc<Activity>,
+}
+
+impl Engines {
+    /// Offers to execute every marked engine's pending work (see `Engine::assist`); `eager` also takes work a
+    /// running worker has not picked up yet, `done()` stops it early. Stops at the first engine it ran, so the
+    /// caller re-checks its word.
+    pub(crate) fn assist(&self, eager: bool, done: &dyn Fn() -> bool) -> Assist {
+        if !self.activity.any() {
+            return Assist::Idle;
+        }
+        let mut found = Assist::Idle;
+        for dev in &self.cores {
+            for eng in self.activity.marked(dev.index) {
+                match dev.engines[eng as usize].assist(dev, eager, done) {
+                    Assist::Ran => return Assist::Ran,
+                    other => found = found.max(other),
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The word a marker-aware delay watches and the value it waits for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Watch<'a> {
+    pub(crate) word: &'a AtomicU32,
+    pub(crate) value: u32,
+}
+
+impl Watch<'_> {
+    fn holds(&self) -> bool {
+        // Acquire: pairs with the engine's Release store of the word (`Copy::perform`), so what the engine
+        // wrote before it is visible to the caller once this returns true.
+        self.word.load(Ordering::Acquire) == self.value
+    }
+
+    fn key(&self) -> usize {
+        self.word as *const AtomicU32 as usize
+    }
+}
+
+thread_local! {
+    /// The current wait of this thread: (word, when it began, when its last delay returned). Cleared when a
+    /// delay sees its word.
+    static STREAK: Cell<Option<(usize, Instant, Instant)>> = const { Cell::new(None) };
+}
+
+/// When the wait that a delay on `watch` starting `now` belongs to began.
+fn streak_start(watch: Option<Watch<'_>>, now: Instant) -> Instant {
+    let Some(w) = watch else { return now };
+    match STREAK.get() {
+        Some((key, began, last)) if key == w.key() && now.saturating_duration_since(last) < STREAK_GAP => began,
+        _ => now,
+    }
+}
+
+fn streak_end(watch: Option<Watch<'_>>, began: Instant, seen: bool) {
+    if let Some(w) = watch {
+        STREAK.set((!seen).then(|| (w.key(), began, Instant::now())));
+    }
+}
+
+/// A real-clock delay of `us` µs. With `watch` and [`WaitTiming::Marker`] it returns as soon as the word holds
+/// its value; otherwise it waits the whole delay (longer only while an engine is busy, see the module doc).
+/// Returns whether the word held its value at the end (false without a word).
+pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>, timing: WaitTiming) -> bool {
+    let early = timing == WaitTiming::Marker;
+    let now = Instant::now();
+    let deadline = now + Duration::from_micros(us);
+    let began = streak_start(watch, now);
+    // An assisting waiter stops executing once its word holds (marker timing).
+    let done = || early && watch.is_some_and(|w| w.holds());
+    let seen = loop {
+        if early && watch.is_some_and(|w| w.holds()) {
+            break true;
+        }
+        let now = Instant::now();
+        let waited = now - began;
+        let due = now >= deadline;
+        // Offer to execute (once more when the delay is up, so even a zero-length delay runs what nobody else
+        // will).
+        let progress = engines.map_or(Assist::Idle, |e| e.assist(waited >= ASSIST_GRACE, &done));
+        if due {
+            break watch.is_some_and(|w| w.holds());
+        }
+        match progress {
+            Assist::Ran => {}
+            Assist::Busy if waited >= PARK_AFTER => {
+                if let Some(e) = engines {
+                    sleep_until_batch_end(e, watch.filter(|_| early));
+                }
+            }
+            // An engine is executing (or about to): spin, it is on another core or will be soon.
+            Assist::Busy | Assist::Pending => spin(),
+            Assist::Idle => {
+                let left = deadline - now;
+                if left >= SLEEP_MIN {
+                    std::thread::sleep(left - SLEEP_TAIL);
+                } else {
+                    pause(waited);
+                }
+            }
+        }
+    };
+    streak_end(watch, began, seen);
+    seen
+}
+
+fn spin() {
+    for _ in 0..16 {
+        std::hint::spin_loop();
+    }
+}
+
+/// With nothing runnable: spin early in a wait, yield later.
+fn pause(waited: Duration) {
+    if waited < SPIN {
+        spin();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Sleeps until an engine ends a batch (at most [`PARK_CAP`]), unless `watch`'s word already holds its value
+/// or nothing is busy any more once this thread is registered.
+fn sleep_until_batch_end(engines: &Engines, watch: Option<Watch<'_>>) {
+    let _registered = engines.activity.waiters.register();
+    // Registered first, then looked: a batch that ends after these looks finds us registered (see `waiters`).
+    let done = || watch.is_some_and(|w| w.holds());
+    if done() || engines.assist(true, &done) != Assist::Busy {
+        return;
+    }
+    crate::sync::park_timeout(PARK_CAP);
+}
