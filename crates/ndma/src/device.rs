@@ -211,7 +211,7 @@ impl NeuronDevice {
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
-/// # let (_bed, dev) = doctest::device();
+    /// # let (_bed, dev) = doctest::device();
     /// use ndma::{MemLocation, NdmaError};
     ///
     /// let mc = dev.alloc_host(8192, 1)?;
@@ -232,7 +232,7 @@ impl NeuronDevice {
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
-/// # let (_bed, dev) = doctest::device();
+    /// # let (_bed, dev) = doctest::device();
     /// use ndma::{MemLocation, NdmaError};
     ///
     /// let mc = dev.alloc_device(1 << 20, 0)?;
@@ -255,7 +255,7 @@ impl NeuronDevice {
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
-/// # let (_bed, dev) = doctest::device();
+    /// # let (_bed, dev) = doctest::device();
     /// let mc = dev.alloc_host(4096, 0)?;
     /// assert!(!dev.has_attached_process() && !dev.is_valid_host_mem(mc.pa(), 4096));
     /// dev.attach_process(4242);
@@ -304,7 +304,7 @@ impl NeuronDevice {
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
-/// # let (_bed, dev) = doctest::device();
+    /// # let (_bed, dev) = doctest::device();
     /// let (src, dst) = (dev.alloc_host(200_000, 0)?, dev.alloc_device(200_000, 0)?);
     /// let before = dev.ring_stats(0)?;
     /// dev.memcpy_mc(&src, &dst, 0, 0, 200_000)?;
@@ -328,7 +328,7 @@ impl NeuronDevice {
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
-/// # let (_bed, dev) = doctest::device();
+    /// # let (_bed, dev) = doctest::device();
     /// let (src, dst) = (dev.alloc_host(100_000, 0)?, dev.alloc_device(100_000, 0)?);
     /// dev.memcpy_mc(&src, &dst, 0, 0, 100_000)?;
     /// let pairs = dev.ring_descriptors(0)?;
@@ -356,7 +356,7 @@ impl NeuronDevice {
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
-/// # let (_bed, dev) = doctest::device();
+    /// # let (_bed, dev) = doctest::device();
     /// use ndma::Transfer;
     ///
     /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
@@ -406,7 +406,7 @@ impl NeuronDevice {
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
-/// # let (_bed, dev) = doctest::device();
+    /// # let (_bed, dev) = doctest::device();
     /// assert!(!dev.zerocopy_supported(), "V2 needs the reset-window retry: zero-copy is off");
     /// dev.set_zerocopy_trn1_override(true);
     /// assert!(dev.zerocopy_supported());
@@ -426,7 +426,7 @@ impl NeuronDevice {
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
-/// # let (_bed, dev) = doctest::device();
+    /// # let (_bed, dev) = doctest::device();
     /// let (host, hbm) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
     /// let host_pa = host.host_buf().unwrap().phys_addr();
     /// assert_eq!(dev.mc_to_pa(&host), host_pa | dev.dhal().pci_host_base());
