@@ -17,7 +17,8 @@
 //!
 //! A round trip through device memory. `dev` is a [`NeuronDevice`] of a [`System`] brought up over a back end:
 //! here (in a hidden line) the device model of the `ndma-emu` crate; the crate's `examples/` show the whole
-//! set-up, and `examples/custom_backend.rs` a back end written from scratch.
+//! set-up, and `examples/custom_backend.rs` a back end written from scratch. Throughout this documentation, a
+//! `dev` that an example does not define is such a device: device 0 of an emulated trn1.2xlarge (V2).
 //!
 //! ```
 //! # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
