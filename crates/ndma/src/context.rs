@@ -6,6 +6,20 @@ use crate::memory::MemChunk;
 use crate::{NdmaError, Result};
 
 /// Which of a ring's three contexts a transfer uses (`enum neuron_dma_h2t_ctx_handle_type`).
+///
+/// ```
+/// use ndma::{CtxHandle, NdmaError};
+///
+/// // The double buffer's state machine: a chain starts at NONE and alternates between the async contexts.
+/// let chain: Vec<CtxHandle> = std::iter::successors(Some(CtxHandle::None), |h| Some(h.next())).take(5).collect();
+/// use CtxHandle::*;
+/// assert_eq!(chain, [None, Async1, Async2, Async1, Async2]);
+/// assert_eq!(Sync.next(), Sync);
+/// // The driver's integers.
+/// assert_eq!((None.raw(), Sync.raw(), Async2.raw()), (-1, 0, 2));
+/// assert_eq!(CtxHandle::try_from(1), Ok(Async1));
+/// assert_eq!(CtxHandle::try_from(3), Err(NdmaError::InvalidHandle(3)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CtxHandle {
     /// No context: the start of an async chain (−1).
@@ -19,7 +33,7 @@ pub enum CtxHandle {
 }
 
 impl CtxHandle {
-    /// The driver's integer for this handle.
+    /// The driver's integer for this handle (example on [`CtxHandle`]).
     pub const fn raw(self) -> i32 {
         match self {
             CtxHandle::None => -1,
@@ -29,7 +43,8 @@ impl CtxHandle {
         }
     }
 
-    /// `ndma_dma_ctx_get_next_handle`: NONE → ASYNC1, SYNC → SYNC, ASYNC1 → ASYNC2, ASYNC2 → ASYNC1.
+    /// `ndma_dma_ctx_get_next_handle`: NONE → ASYNC1, SYNC → SYNC, ASYNC1 → ASYNC2, ASYNC2 → ASYNC1 (example on
+    /// [`CtxHandle`]).
     pub const fn next(self) -> CtxHandle {
         match self {
             CtxHandle::None | CtxHandle::Async2 => CtxHandle::Async1,

@@ -15,10 +15,33 @@ use crate::zerocopy::pin::Pinned;
 use crate::zerocopy::CompletionThread;
 use crate::{Dhal, NdmaError, Platform, Result};
 
-/// `MEMSET_HOST_BUF_SIZE`: the host fill buffer memset copies from (= `MAX_DMA_DESC_SIZE`).
+/// `MEMSET_HOST_BUF_SIZE`: the host fill buffer memset copies from (= `MAX_DMA_DESC_SIZE`); see
+/// [`NeuronDevice::memset`].
 pub const MEMSET_HOST_BUF_SIZE: u64 = udma::MAX_DMA_DESC_SIZE as u64;
 
 /// What a back end provides for one device.
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (model, platform) = doctest::model(udma::Arch::V2, 1); // a device model and its platform
+/// use ndma::{DeviceHw, NdmaError, System};
+/// use udma::Arch;
+///
+/// let emu = &model.devices()[0];
+/// let hw = DeviceHw {
+///     arch: Arch::V2,
+///     bar0: emu.clone(),
+///     hbm_base: emu.hbm().base(),
+///     hbm_size: emu.hbm().size(),
+///     resets: None,   // no NeuronCore reset model: the V2 reset-window retry never fires
+///     nc_map: 1 << 0, // bring up NC 0's H2T ring only (`ALL_NCS`: every NC)
+/// };
+/// let system = System::new(Arch::V2, platform, vec![hw])?;
+/// let dev = system.device(0).unwrap();
+/// assert_eq!(dev.h2t_queue(0)?, (32, 0));
+/// assert_eq!(dev.h2t_queue(1), Err(NdmaError::NoH2tRing { nc: 1 }));
+/// # Ok::<(), NdmaError>(())
+/// ```
 #[derive(Clone)]
 pub struct DeviceHw {
     /// The generation the hardware reports (its PCI device id); [`crate::System::new`] refuses a device of
@@ -37,16 +60,62 @@ pub struct DeviceHw {
     pub nc_map: u64,
 }
 
-/// An NC map with every NeuronCore brought up.
+/// An NC map with every NeuronCore brought up ([`DeviceHw::nc_map`]).
 pub const ALL_NCS: u64 = u64::MAX;
 
-/// The device's NeuronCore reset timestamps (`nr_op_in_reset_wnd`'s inputs, FACTS §4).
+/// The device's NeuronCore reset timestamps (`nr_op_in_reset_wnd`'s inputs, FACTS §4). On V2 a marker wait
+/// that times out is retried (the ring re-initialised, the batch replayed) only when its copy started inside a
+/// reset window: while a reset is in progress (end ≤ start, which includes "never reset") or at or before the
+/// latest reset's end.
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (model, platform) = doctest::model(udma::Arch::V2, 1);
+/// use std::sync::{Arc, Mutex};
+/// use ndma::{DeviceHw, ResetClock, System, ALL_NCS};
+///
+/// /// Reset timestamps the back end records as it resets NeuronCores, in jiffies.
+/// #[derive(Default)]
+/// struct Resets(Mutex<Vec<(u64, u64)>>);
+///
+/// impl ResetClock for Resets {
+///     fn reset_times(&self, nc: u32) -> (u64, u64) {
+///         self.0.lock().unwrap()[nc as usize]
+///     }
+/// }
+///
+/// let resets = Arc::new(Resets::default());
+/// // NC 0 was reset from jiffy 10 to 20; NC 1 never was.
+/// *resets.0.lock().unwrap() = vec![(10, 20), (0, 0)];
+/// let emu = &model.devices()[0];
+/// let hw = DeviceHw { resets: Some(resets), nc_map: ALL_NCS, ..ndma_emu::device_hw(emu) };
+/// let system = System::new(udma::Arch::V2, platform, vec![hw])?;
+/// let dev = system.device(0).unwrap();
+/// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+/// dev.memcpy_mc(&src, &dst, 0, 0, 4096)?; // the clock is asked only after a timeout
+/// assert_eq!(dev.ring_stats(0)?.retries, 0);
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub trait ResetClock: Send + Sync {
     /// `(reset_start_time, reset_end_time)` in jiffies of the latest reset touching NC `nc`.
     fn reset_times(&self, nc: u32) -> (u64, u64);
 }
 
-/// One Neuron device.
+/// One Neuron device: its H2T rings (one per NeuronCore), memory pool and DMA operations. Devices are brought
+/// up by [`System::new`](crate::System::new).
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::NdmaError;
+///
+/// assert_eq!((dev.index(), dev.dhal().arch(), dev.dhal().ncs_per_device()), (0, udma::Arch::V2, 2));
+/// assert!(!dev.platform().is_emulation(), "silicon poll budgets");
+/// // NC 1's host-to-tensor ring is queue 0 of the H2D engine (33).
+/// assert_eq!(dev.h2t_queue(1)?, (33, 0));
+/// assert_eq!(dev.h2t_queue(2), Err(NdmaError::InvalidNc { nc: 2, ncs: 2 }));
+/// # Ok::<(), NdmaError>(())
+/// ```
 pub struct NeuronDevice {
     pub(crate) index: u32,
     pub(crate) dhal: &'static dyn Dhal,
@@ -140,6 +209,18 @@ impl NeuronDevice {
 
     /// Allocates a host chunk owned by NC `nc`.
     ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::{MemLocation, NdmaError};
+    ///
+    /// let mc = dev.alloc_host(8192, 1)?;
+    /// assert_eq!((mc.location(), mc.size(), mc.nc_id()), (MemLocation::Host, 8192, 1));
+    /// assert!(dev.dhal().arch().is_host_addr(mc.pa()), "tagged with the arch's pci_host_base");
+    /// assert_eq!(dev.alloc_host(0, 0).unwrap_err(), NdmaError::NoMemory { what: "host", size: 0 });
+    /// # Ok::<(), NdmaError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`NdmaError::NoMemory`].
@@ -147,7 +228,21 @@ impl NeuronDevice {
         self.pool.alloc_host(&*self.platform, size, nc)
     }
 
-    /// Allocates a device (HBM) chunk owned by NC `nc`.
+    /// Allocates a device (HBM) chunk owned by NC `nc`. Dropping the last reference frees it.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::{MemLocation, NdmaError};
+    ///
+    /// let mc = dev.alloc_device(1 << 20, 0)?;
+    /// assert_eq!((mc.location(), mc.size(), mc.pa() % 256), (MemLocation::Device, 1 << 20, 0));
+    /// let pa = mc.pa();
+    /// drop(mc);
+    /// assert_eq!(dev.alloc_device(4096, 0)?.pa(), pa, "freed and handed out again");
+    /// assert_eq!(dev.alloc_device(1 << 40, 0).unwrap_err(), NdmaError::NoMemory { what: "device", size: 1 << 40 });
+    /// # Ok::<(), NdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -157,16 +252,29 @@ impl NeuronDevice {
     }
 
     /// Attaches process `pid` (its host chunks become valid targets for user descriptors).
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// let mc = dev.alloc_host(4096, 0)?;
+    /// assert!(!dev.has_attached_process() && !dev.is_valid_host_mem(mc.pa(), 4096));
+    /// dev.attach_process(4242);
+    /// assert!(dev.has_attached_process() && dev.is_valid_host_mem(mc.pa(), 4096));
+    /// dev.detach_process(4242);
+    /// assert!(!dev.has_attached_process());
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     pub fn attach_process(&self, pid: u32) {
         self.attached.lock().unwrap_or_else(|p| p.into_inner()).insert(pid);
     }
 
-    /// Detaches process `pid`.
+    /// Detaches process `pid` (example on [`NeuronDevice::attach_process`]).
     pub fn detach_process(&self, pid: u32) {
         self.attached.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
     }
 
-    /// `npid_is_attached`: does any process have this device open?
+    /// `npid_is_attached`: does any process have this device open? (Example on
+    /// [`NeuronDevice::attach_process`].)
     pub fn has_attached_process(&self) -> bool {
         !self.attached.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
     }
@@ -183,7 +291,7 @@ impl NeuronDevice {
         self.h2t_ring(nc)?.ok_or(NdmaError::NoH2tRing { nc })
     }
 
-    /// `(engine, queue)` of NC `nc`'s H2T ring.
+    /// `(engine, queue)` of NC `nc`'s H2T ring (example on [`NeuronDevice`]).
     ///
     /// # Errors
     ///
@@ -193,6 +301,19 @@ impl NeuronDevice {
     }
 
     /// Counters of NC `nc`'s H2T ring.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// let (src, dst) = (dev.alloc_host(200_000, 0)?, dev.alloc_device(200_000, 0)?);
+    /// let before = dev.ring_stats(0)?;
+    /// dev.memcpy_mc(&src, &dst, 0, 0, 200_000)?;
+    /// let moved = dev.ring_stats(0)?.since(&before);
+    /// // 200,000 bytes: three 64 KiB descriptors and one of 3,392 bytes, then the marker; RX and TX doorbells.
+    /// assert_eq!((moved.transfers, moved.bytes, moved.descriptors, moved.doorbells), (1, 200_000, 5, 2));
+    /// assert_eq!(dev.stats(), dev.ring_stats(0)?.merged(&dev.ring_stats(1)?), "the device sums its rings");
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -204,6 +325,20 @@ impl NeuronDevice {
     /// The descriptor pairs `(TX, RX)` in slots `[0, producer cursor)` of NC `nc`'s H2T ring, read under the
     /// ring lock: a read-only view of what the op layer staged (for inspection tools). After the producer
     /// wraps this is only the slots since the wrap.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// let (src, dst) = (dev.alloc_host(100_000, 0)?, dev.alloc_device(100_000, 0)?);
+    /// dev.memcpy_mc(&src, &dst, 0, 0, 100_000)?;
+    /// let pairs = dev.ring_descriptors(0)?;
+    /// let lens: Vec<u32> = pairs.iter().map(|(tx, _)| tx.len_ctrl().len_bytes()).collect();
+    /// assert_eq!(lens, [65536, 100_000 - 65536, 4], "two data descriptors, then the 4-byte marker");
+    /// assert_eq!(pairs[0].0.tx().src, dev.mc_to_pa(&src));
+    /// assert_eq!(pairs[0].1.rx().dst, dev.mc_to_pa(&dst));
+    /// assert_eq!(pairs[1].0.tx().barrier(), udma::Barrier::WriteBarrier, "the last data descriptor drains");
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -219,6 +354,21 @@ impl NeuronDevice {
     /// producer cursors, slots its contexts account for)`. Equal whenever no call is inside the ring; a
     /// difference is a leaked (or double-freed) slot. A snapshot: other threads may stage or ack right after.
     ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::Transfer;
+    ///
+    /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+    /// assert_eq!(dev.ring_slot_accounting(0)?, (0, 0));
+    /// let copy = dev.start(&Transfer::new(&src, &dst, 4096))?;
+    /// // One data pair and the marker stay on the ring until the copy is waited for.
+    /// assert_eq!(dev.ring_slot_accounting(0)?, (2, 2));
+    /// copy.wait()?;
+    /// assert_eq!(dev.ring_slot_accounting(0)?, (0, 0));
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`NdmaError::InvalidNc`], [`NdmaError::NoH2tRing`].
@@ -227,7 +377,7 @@ impl NeuronDevice {
         Ok(crate::classic::RingGuard::lock(self, ring).slot_accounting())
     }
 
-    /// Counters of every ring of the device, summed.
+    /// Counters of every ring of the device, summed (example on [`NeuronDevice::ring_stats`]).
     pub fn stats(&self) -> StatsSnapshot {
         self.rings.iter().flatten().fold(StatsSnapshot::default(), |acc, r| acc.merged(&r.stats.snapshot()))
     }
@@ -253,17 +403,36 @@ impl NeuronDevice {
     }
 
     /// The `zerocopy_trn1_override` module parameter: allow zero-copy on an arch with the reset-window retry.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// assert!(!dev.zerocopy_supported(), "V2 needs the reset-window retry: zero-copy is off");
+    /// dev.set_zerocopy_trn1_override(true);
+    /// assert!(dev.zerocopy_supported());
+    /// ```
     pub fn set_zerocopy_trn1_override(&self, on: bool) {
         self.zerocopy_trn1_override.store(on, Ordering::Relaxed);
     }
 
     /// `ndma_zerocopy_supported`: zero-copy is off on archs that need the reset-window retry (V2), because
-    /// pinning and replay were never validated against the hardware bug, unless the override is set.
+    /// pinning and replay were never validated against the hardware bug, unless the override is set (example
+    /// on [`NeuronDevice::set_zerocopy_trn1_override`]).
     pub fn zerocopy_supported(&self) -> bool {
         !self.dhal.retry_memcpy() || self.zerocopy_trn1_override.load(Ordering::Relaxed)
     }
 
     /// The PA rule (`ndma_mc_to_pa`): host chunk → host PA | `pci_host_base`; device chunk → its PA.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// let (host, hbm) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+    /// let host_pa = host.host_buf().unwrap().phys_addr();
+    /// assert_eq!(dev.mc_to_pa(&host), host_pa | dev.dhal().pci_host_base());
+    /// assert_eq!(dev.mc_to_pa(&hbm), hbm.pa());
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     pub fn mc_to_pa(&self, mc: &MemChunk) -> u64 {
         match mc.host_buf() {
             Some(buf) => buf.phys_addr() | self.dhal.pci_host_base(),
@@ -294,6 +463,20 @@ impl std::fmt::Debug for NeuronDevice {
 
 /// `ndma_mc_pair_to_nc`: a device source wins; a host source uses the destination's NC (so host→host uses
 /// the destination's NC too).
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::mc_pair_to_nc;
+///
+/// let (host0, host1) = (dev.alloc_host(64, 0)?, dev.alloc_host(64, 1)?);
+/// let (hbm0, hbm1) = (dev.alloc_device(64, 0)?, dev.alloc_device(64, 1)?);
+/// assert_eq!(mc_pair_to_nc(&hbm1, &host0), 1, "device → host: the source's NC");
+/// assert_eq!(mc_pair_to_nc(&host0, &hbm1), 1, "host → device: the destination's NC");
+/// assert_eq!(mc_pair_to_nc(&host1, &host0), 0, "host → host: the destination's NC");
+/// assert_eq!(mc_pair_to_nc(&hbm0, &hbm1), 0);
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub fn mc_pair_to_nc(src: &MemChunk, dst: &MemChunk) -> u32 {
     if src.is_host() {
         dst.nc_id()

@@ -5,7 +5,24 @@ use udma::{errno, UdmaError};
 /// `ENODEV` (not an errno the HAL itself returns).
 const ENODEV: i32 = 19;
 
-/// Everything an op-layer call can refuse or fail with.
+/// Everything an op-layer call can refuse or fail with. Every variant says what happened and carries what a
+/// person needs to see why; [`NdmaError::errno`] gives the (negative) errno the driver returns.
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::NdmaError;
+///
+/// let chunk = dev.alloc_device(4096, 0)?;
+/// let err = dev.memset(&chunk, 4000, 0, 100).unwrap_err();
+/// assert_eq!(err, NdmaError::OutOfRange { what: "memset window", offset: 4000, size: 100, limit: 4096 });
+/// assert_eq!(err.to_string(), "memset window: offset 0xfa0 + size 0x64 does not fit in 0x1000 bytes");
+/// assert_eq!(err.errno(), -22); // -EINVAL
+/// // HAL errors keep their own errno.
+/// let hal = NdmaError::from(udma::UdmaError::InvalidLength { len: 0 });
+/// assert_eq!(hal.errno(), -1);
+/// # Ok::<(), NdmaError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NdmaError {
     /// A HAL call failed (its own errno: `-1`, `-ENOMEM`, `-EINVAL`).
@@ -182,7 +199,7 @@ pub enum NdmaError {
 }
 
 impl NdmaError {
-    /// The negative errno the driver returns for this failure.
+    /// The negative errno the driver returns for this failure (example on [`NdmaError`]).
     pub fn errno(&self) -> i32 {
         match self {
             NdmaError::Udma(e) => e.errno(),
@@ -214,5 +231,5 @@ impl NdmaError {
     }
 }
 
-/// Shorthand for op-layer results.
+/// Shorthand for op-layer results: `Result<T>` is `Result<T, NdmaError>`, as every example here returns.
 pub type Result<T, E = NdmaError> = std::result::Result<T, E>;

@@ -11,6 +11,25 @@ impl NeuronDevice {
     /// with a fixed source (smove = false) and an advancing destination. Both copies run on the chunk's NC,
     /// host chunks included.
     ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::MEMSET_HOST_BUF_SIZE;
+    ///
+    /// let mc = dev.alloc_host(1 << 20, 0)?;
+    /// mc.fill(0, 1 << 20, 0xee)?;
+    /// let before = dev.ring_stats(0)?;
+    /// dev.memset(&mc, 4096, 0x5a, 300_000)?; // more than the 64 KiB fill buffer: fill, then replicate
+    /// let mut out = vec![0u8; 1 << 20];
+    /// mc.read(0, &mut out)?;
+    /// assert!(out[..4096].iter().all(|&b| b == 0xee));
+    /// assert!(out[4096..304_096].iter().all(|&b| b == 0x5a));
+    /// assert!(out[304_096..].iter().all(|&b| b == 0xee));
+    /// assert_eq!(MEMSET_HOST_BUF_SIZE, 65536);
+    /// assert_eq!(dev.ring_stats(0)?.since(&before).transfers, 2, "the fill copy and the replicate copy");
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`crate::NdmaError::OutOfRange`] when the window falls outside the chunk (nothing written); otherwise

@@ -9,15 +9,45 @@ use udma::DmaMemory;
 use crate::Result;
 
 /// A host DMA buffer: device-visible host memory the CPU can read and write.
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::HostBuf;
+///
+/// let buf: HostBuf = dev.platform().alloc_coherent(5000)?;
+/// assert!(buf.len() >= 5000 && buf.as_ptr() as usize % 256 == 0);
+/// buf.write_bytes(4990, b"0123456789")?;
+/// assert!(buf.write_bytes(buf.len() - 1, b"01").is_err(), "bounds-checked");
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub type HostBuf = Arc<dyn DmaMemory>;
 
-/// Size of a user page (`PAGE_SIZE`).
+/// Size of a user page (`PAGE_SIZE`): the unit of pinning ([`UserMm`], [`crate::zerocopy`]).
 pub const PAGE_SIZE: u64 = 4096;
 
 /// A user address space, as the kernel's `struct mm_struct` is to the driver: something pages can be pinned
 /// in. Reference-counted: holding an `Arc` is `mmget`, dropping it `mmput`. A pinned page is named by the
 /// physical address of its frame (without `pci_host_base`); a pin is a counted reference on the frame that
 /// keeps it from being freed or moved until it is unpinned (the kernel's `FOLL_PIN`).
+///
+/// The device model's user processes implement it; this is what the zero-copy path does with one:
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let bed = doctest::testbed(udma::Arch::V3);
+/// # let user = doctest::user(&bed, 4); // a process with 4 pages mapped at `user.va`, current on this thread
+/// use ndma::{NdmaError, Platform, PAGE_SIZE};
+///
+/// let mm = bed.system.platform().current_mm().expect("this thread runs as a user process");
+/// let mut frames = Vec::new();
+/// assert_eq!(mm.pin_pages_fast(user.va, 4, true, &mut frames)?, 4);
+/// assert!(frames.len() == 4 && frames.iter().all(|pa| pa % PAGE_SIZE == 0));
+/// mm.unpin_pages(&frames, true); // each page exactly once; dirty: the device wrote it
+/// let unmapped = user.va + 64 * PAGE_SIZE;
+/// assert!(matches!(mm.pin_pages(unmapped, 1, false, &mut Vec::new()), Err(NdmaError::Pin { .. })));
+/// # Ok::<(), NdmaError>(())
+/// ```
 pub trait UserMm: Send + Sync {
     /// The owning process (`tgid`).
     fn pid(&self) -> u32;
@@ -47,6 +77,51 @@ pub trait UserMm: Send + Sync {
 }
 
 /// Time, delays, host DMA memory and user address spaces, as the kernel provides them to the driver.
+///
+/// A platform of your own is a struct with five methods (`examples/custom_backend.rs` has a complete back end
+/// over plain memory). Here, one that wraps another and counts the delays the op layer asks for:
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (model, model_platform) = doctest::model(udma::Arch::V2, 1); // a device model and its platform
+/// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use std::sync::Arc;
+/// use ndma::{HostBuf, Platform, System};
+///
+/// struct Counting {
+///     inner: Arc<dyn Platform>,
+///     delays: AtomicU64,
+/// }
+///
+/// impl Platform for Counting {
+///     fn jiffies(&self) -> u64 {
+///         self.inner.jiffies()
+///     }
+///     fn now_us(&self) -> u64 {
+///         self.inner.now_us()
+///     }
+///     fn udelay(&self, us: u64) {
+///         self.delays.fetch_add(1, Relaxed);
+///         self.inner.udelay(us)
+///     }
+///     fn is_emulation(&self) -> bool {
+///         false
+///     }
+///     fn alloc_coherent(&self, len: usize) -> ndma::Result<HostBuf> {
+///         self.inner.alloc_coherent(len)
+///     }
+/// }
+///
+/// let platform = Arc::new(Counting { inner: model_platform, delays: AtomicU64::new(0) });
+/// let hw = model.devices().iter().map(ndma_emu::device_hw).collect();
+/// let system = System::new(udma::Arch::V2, platform.clone(), hw)?;
+/// let dev = system.device(0).unwrap();
+/// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+/// dev.memcpy_mc(&src, &dst, 0, 0, 4096)?;
+/// // The default `delay_until` is `udelay` then one look at the marker word: one delay, one poll.
+/// assert_eq!((platform.delays.load(Relaxed), dev.ring_stats(0)?.polls), (1, 1));
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub trait Platform: Send + Sync {
     /// `get_jiffies_64()`: a monotonic tick counter (the reset-window clock).
     fn jiffies(&self) -> u64;

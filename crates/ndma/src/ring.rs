@@ -10,9 +10,24 @@ use crate::stats::RingStats;
 use crate::{Dhal, HostBuf, Platform, Result};
 
 /// Nominal H2T ring size the batch bound is derived from (`DMA_H2T_DESC_COUNT`).
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let bed = doctest::testbed(udma::Arch::V2);
+/// use ndma::{DMA_H2T_DESC_COUNT, H2T_RING_SIZE, SYNC_THRESHOLD};
+/// use udma::{regs, Direction, Mmio};
+///
+/// assert_eq!(SYNC_THRESHOLD, DMA_H2T_DESC_COUNT / 2 - 16 - 1);
+/// // What bring-up programmed into NC 0's H2T queue: a ring of 4096 + 16 descriptors, rounded up.
+/// let (dev, emu) = bed.device(0);
+/// let (eng, qid) = dev.h2t_queue(0)?;
+/// let queue = regs::queue_base(dev.dhal().engine_base(eng).unwrap(), Direction::Tx, qid);
+/// assert_eq!((emu.read32(queue + regs::q::DRL), H2T_RING_SIZE), (8192, 8192));
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub const DMA_H2T_DESC_COUNT: u32 = 4096;
 /// Descriptors actually allocated per H2T ring: 4096 + 16 rounded up to a power of two
-/// (`ndmar_ring_get_desc_count`).
+/// (`ndmar_ring_get_desc_count`); see [`DMA_H2T_DESC_COUNT`].
 pub const H2T_RING_SIZE: u32 = (DMA_H2T_DESC_COUNT + udma::UDMA_MAX_NUM_CDESC_PER_CACHE_LINE).next_power_of_two();
 /// Bytes of the completion buffer: two u32 words per context handle.
 pub const H2T_COMPLETION_BUF_SIZE: usize = 4 * 2 * CTX_HANDLE_CNT;

@@ -24,7 +24,25 @@ pub struct RingStats {
     cqes: AtomicU64,
 }
 
-/// A snapshot of [`RingStats`]. A snapshot is not synchronisation: other threads may be counting.
+/// A snapshot of one ring's counters ([`NeuronDevice::ring_stats`]) or of a device's ([`NeuronDevice::stats`]).
+/// A snapshot is not synchronisation: other threads may be counting.
+///
+/// [`NeuronDevice::ring_stats`]: crate::NeuronDevice::ring_stats
+/// [`NeuronDevice::stats`]: crate::NeuronDevice::stats
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// let (src, dst) = (dev.alloc_host(1 << 20, 0)?, dev.alloc_device(1 << 20, 0)?);
+/// let before = dev.ring_stats(0)?;
+/// dev.memcpy_mc(&src, &dst, 0, 0, 1 << 20)?;
+/// let s = dev.ring_stats(0)?.since(&before);
+/// assert_eq!((s.submitted, s.transfers, s.bytes), (1, 1, 1 << 20));
+/// assert_eq!((s.descriptors, s.batches, s.doorbells), (16 + 1, 1, 2));
+/// assert_eq!((s.timeouts, s.retries, s.ring_resets, s.aborts), (0, 0, 0, 0));
+/// assert_eq!(s.merged(&s).bytes, 2 << 20);
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatsSnapshot {
     /// Copies started on the ring (a memset counts its parts). `submitted − transfers − aborts` is what is
@@ -77,13 +95,13 @@ macro_rules! counters {
         }
 
         impl StatsSnapshot {
-            /// Field-wise sum.
+            /// Field-wise sum (example on [`StatsSnapshot`]).
             pub fn merged(mut self, other: &StatsSnapshot) -> StatsSnapshot {
                 $(self.$field += other.$field;)*
                 self
             }
 
-            /// Field-wise difference from an earlier snapshot.
+            /// Field-wise difference from an earlier snapshot (example on [`StatsSnapshot`]).
             pub fn since(mut self, earlier: &StatsSnapshot) -> StatsSnapshot {
                 $(self.$field = self.$field.wrapping_sub(earlier.$field);)*
                 self

@@ -32,7 +32,26 @@ impl Registry {
     }
 }
 
-/// The Neuron devices of one machine.
+/// The Neuron devices of one machine, all of one generation, over one [`Platform`].
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (model, platform) = doctest::model(udma::Arch::V3, 2); // a two-device model and its platform
+/// use ndma::{NdmaError, System};
+/// use udma::Arch;
+///
+/// let hw: Vec<_> = model.devices().iter().map(ndma_emu::device_hw).collect();
+/// // The generation is declared, and checked against what each device reports.
+/// let err = System::new(Arch::V2, platform.clone(), hw.clone()).unwrap_err();
+/// assert_eq!(err, NdmaError::ArchMismatch { device: 0, declared: Arch::V2, found: Arch::V3 });
+/// let system = System::new(Arch::V3, platform, hw)?;
+/// assert_eq!((system.arch(), system.devices().len()), (Arch::V3, 2));
+/// let dev1 = system.device(1).unwrap();
+/// assert_eq!((dev1.index(), dev1.h2t_queue(7)?), (1, (131, 1)));
+/// assert!(system.device(2).is_none());
+/// assert!(!system.platform().is_emulation());
+/// # Ok::<(), NdmaError>(())
+/// ```
 pub struct System {
     arch: Arch,
     devices: Vec<Arc<NeuronDevice>>,
@@ -41,7 +60,8 @@ pub struct System {
 }
 
 impl System {
-    /// Brings up one device per entry of `hw`, all of generation `arch`.
+    /// Brings up one device per entry of `hw`, all of generation `arch` (examples on [`System`] and
+    /// [`DeviceHw`]).
     ///
     /// # Errors
     ///

@@ -1,6 +1,32 @@
 //! The validation surfaces (spec §6, FACTS §6): user-authored descriptor rings are validated before anything
 //! is copied, host addresses must belong to an attached process's chunk, and BAR0 writes that could ring a
 //! doorbell or repoint a ring are refused.
+//!
+//! ```
+//! # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+//! # let (_bed, dev) = doctest::device();
+//! use ndma::validate::{bar0_write_blocked, NEURON_DMA_QUEUE_TYPE_TX};
+//! use ndma::NdmaError;
+//! use udma::{Barrier, Desc};
+//! use zerocopy::IntoBytes;
+//!
+//! // A user-authored TX descriptor may only read host memory an attached process allocated.
+//! dev.attach_process(4242);
+//! let ours = dev.alloc_host(4096, 0)?;
+//! let good = Desc::m2m_tx(dev.mc_to_pa(&ours), 4096, 1, Barrier::None)?;
+//! let stray = Desc::m2m_tx(dev.dhal().pci_host_base() | 0x10_0000_0000, 4096, 1, Barrier::None)?;
+//! let ring = dev.alloc_device(4096, 0)?;
+//! dev.copy_descriptors(good.as_bytes(), 0, &ring, 0, 16, NEURON_DMA_QUEUE_TYPE_TX)?;
+//! let both = [good, stray];
+//! let err = dev.copy_descriptors(both.as_bytes(), 0, &ring, 0, 32, NEURON_DMA_QUEUE_TYPE_TX).unwrap_err();
+//! assert!(matches!(err, NdmaError::InvalidDescriptorAddress { index: 1, .. }));
+//! // And userspace may not ring a doorbell through BAR0.
+//! let (eng, qid) = dev.h2t_queue(0)?;
+//! let base = dev.dhal().engine_base(eng).unwrap();
+//! let doorbell = udma::regs::queue_base(base, udma::Direction::Tx, qid) + udma::regs::q::DRTP_INC;
+//! assert!(bar0_write_blocked(dev.dhal().arch(), doorbell, 4));
+//! # Ok::<(), NdmaError>(())
+//! ```
 
 use udma::{regs, Arch, Desc, Direction};
 use zerocopy::FromBytes;
@@ -9,14 +35,32 @@ use crate::device::NeuronDevice;
 use crate::memory::MemChunk;
 use crate::{NdmaError, Result};
 
-/// `NEURON_DMA_QUEUE_TYPE_TX`.
+/// `NEURON_DMA_QUEUE_TYPE_TX`: [`NeuronDevice::copy_descriptors`] checks each descriptor's source (`buf_ptr`);
+/// with `NEURON_DMA_QUEUE_TYPE_RX`, its destination (`buf1_ptr`). Any other value is refused with
+/// [`NdmaError::InvalidQueueType`] (example on [`NeuronDevice::copy_descriptors`]).
 pub const NEURON_DMA_QUEUE_TYPE_TX: u32 = 0;
-/// `NEURON_DMA_QUEUE_TYPE_RX`.
+/// `NEURON_DMA_QUEUE_TYPE_RX`; see [`NEURON_DMA_QUEUE_TYPE_TX`].
 pub const NEURON_DMA_QUEUE_TYPE_RX: u32 = 1;
 
 impl NeuronDevice {
     /// `ndma_is_valid_host_mem`: is `[pa, pa + len)` a host chunk of an attached process on this device, then
     /// device −1, then +1, then every other device?
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (model, platform) = doctest::model(udma::Arch::V2, 3); // a three-device model and its platform
+    /// use ndma::System;
+    ///
+    /// let hw = model.devices().iter().map(ndma_emu::device_hw).collect();
+    /// let system = System::new(udma::Arch::V2, platform, hw)?;
+    /// let (dev0, dev2) = (system.device(0).unwrap(), system.device(2).unwrap());
+    /// let on_dev2 = dev2.alloc_host(8192, 0)?;
+    /// assert!(!dev0.is_valid_host_mem(on_dev2.pa(), 8192), "no process has device 2 open");
+    /// dev2.attach_process(4242);
+    /// assert!(dev0.is_valid_host_mem(on_dev2.pa(), 8192), "found on another device");
+    /// assert!(!dev0.is_valid_host_mem(on_dev2.pa() + 4096, 8192), "runs past the chunk");
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     pub fn is_valid_host_mem(&self, pa: u64, len: u64) -> bool {
         let Some(registry) = self.registry.upgrade() else {
             return self.holds_valid_host_mem(pa, len);
@@ -52,6 +96,35 @@ impl NeuronDevice {
     /// for a size that is not a multiple of 16, [`NdmaError::OutOfRange`], and
     /// [`NdmaError::InvalidDescriptorAddress`] for the first descriptor that fails validation. Nothing is
     /// copied on error.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::validate::{NEURON_DMA_QUEUE_TYPE_RX, NEURON_DMA_QUEUE_TYPE_TX};
+    /// use ndma::NdmaError;
+    /// use udma::{Barrier, Desc};
+    /// use zerocopy::IntoBytes;
+    ///
+    /// dev.attach_process(4242);
+    /// let (host, hbm) = (dev.alloc_host(1 << 16, 0)?, dev.alloc_device(1 << 16, 0)?);
+    /// // An RX descriptor writing the process's host chunk, and one writing HBM (never checked).
+    /// let descs = [
+    ///     Desc::m2m_rx(dev.mc_to_pa(&host), 4096, 1, Barrier::None, false)?,
+    ///     Desc::m2m_rx(hbm.pa(), 4096, 1, Barrier::None, false)?,
+    /// ];
+    /// let ring = dev.alloc_device(4096, 0)?; // a device chunk: the copy goes by DMA through a bounce buffer
+    /// dev.copy_descriptors(descs.as_bytes(), 0, &ring, 256, 32, NEURON_DMA_QUEUE_TYPE_RX)?;
+    /// let back = dev.alloc_host(32, 0)?;
+    /// dev.memcpy_mc(&ring, &back, 256, 0, 32)?;
+    /// let mut out = [0u8; 32];
+    /// back.read(0, &mut out)?;
+    /// assert_eq!(out, descs.as_bytes());
+    /// let err = dev.copy_descriptors(descs.as_bytes(), 0, &ring, 0, 20, NEURON_DMA_QUEUE_TYPE_RX).unwrap_err();
+    /// assert_eq!(err, NdmaError::PartialDescriptor(20));
+    /// let err = dev.copy_descriptors(descs.as_bytes(), 0, &ring, 0, 32, 2).unwrap_err();
+    /// assert_eq!((err.clone(), err.errno()), (NdmaError::InvalidQueueType(2), -1));
+    /// # Ok::<(), NdmaError>(())
+    /// ```
     pub fn copy_descriptors(
         &self,
         buf: &[u8],
@@ -100,6 +173,18 @@ impl NeuronDevice {
 
 /// `ndma_bar0_blocked_one_engine`, the driver's rule: is `off` exactly one of the blocked registers (ring
 /// bases, completion bases, doorbell) of any of the 16 queues, in either direction, of the engine at `base`?
+///
+/// ```
+/// use ndma::validate::bar0_blocked_one_engine;
+/// use udma::{regs, Arch, Direction};
+///
+/// let base = Arch::V2.engine_base(32).unwrap();
+/// let rx5 = regs::queue_base(base, Direction::Rx, 5);
+/// assert!(bar0_blocked_one_engine(base, rx5 + regs::q::DRBP_LOW));
+/// assert!(!bar0_blocked_one_engine(base, rx5 + regs::q::CFG));
+/// // The driver's rule compares exact offsets: a write 2 bytes into the doorbell slips through.
+/// assert!(!bar0_blocked_one_engine(base, rx5 + regs::q::DRTP_INC + 2));
+/// ```
 pub fn bar0_blocked_one_engine(base: u64, off: u64) -> bool {
     [Direction::Tx, Direction::Rx].into_iter().any(|dir| {
         (0..udma::DMA_MAX_Q).any(|q| regs::q::BLOCKED.iter().any(|reg| regs::queue_base(base, dir, q) + reg == off))
@@ -108,6 +193,17 @@ pub fn bar0_blocked_one_engine(base: u64, off: u64) -> bool {
 
 /// The hardened BAR0 gate: refuse a userspace write of `len` bytes at `off` if any byte of it overlaps a
 /// blocked register of any engine of the arch (the driver only refuses exact offsets).
+///
+/// ```
+/// use ndma::validate::bar0_write_blocked;
+/// use udma::{regs, Arch, Direction};
+///
+/// let rx5 = regs::queue_base(Arch::V2.engine_base(32).unwrap(), Direction::Rx, 5);
+/// assert!(bar0_write_blocked(Arch::V2, rx5 + regs::q::DRTP_INC + 2, 2), "overlaps the doorbell");
+/// assert!(bar0_write_blocked(Arch::V2, rx5 + regs::q::DRTP_INC - 4, 8));
+/// assert!(!bar0_write_blocked(Arch::V2, rx5 + regs::q::CFG, 4));
+/// assert!(bar0_write_blocked(Arch::V2, u64::MAX - 1, 4), "an end that overflows is refused");
+/// ```
 pub fn bar0_write_blocked(arch: Arch, off: u64, len: u64) -> bool {
     let Some(end) = off.checked_add(len.max(1)) else {
         return true;

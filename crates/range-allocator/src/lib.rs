@@ -5,6 +5,18 @@
 //! over a device's HBM; the device model uses it for its own host DRAM and HBM; a user address space uses it
 //! to place mappings (including at a fixed address, [`RangeAllocator::alloc_at`]). None of them depends on
 //! another for it.
+//!
+//! ```
+//! use range_allocator::RangeAllocator;
+//!
+//! // A device's 1 GiB of HBM at 0x40_0000_0000, handed out in 256-byte aligned chunks.
+//! let mut hbm = RangeAllocator::new(0x40_0000_0000, 1 << 30);
+//! let a = hbm.alloc(1000, 256).unwrap();
+//! let b = hbm.alloc(4096, 256).unwrap();
+//! assert_eq!((a, b), (0x40_0000_0000, 0x40_0000_0400));
+//! assert!(hbm.free(a, 1000));
+//! assert_eq!(hbm.alloc(512, 256), Some(a), "first fit reuses the freed range");
+//! ```
 #![no_std]
 #![warn(missing_docs)]
 
@@ -34,6 +46,11 @@ pub struct RangeAllocator {
 
 impl RangeAllocator {
     /// An allocator over `[base, base + size)`, all free.
+    ///
+    /// ```
+    /// let a = range_allocator::RangeAllocator::new(0x1000, 0x4000);
+    /// assert_eq!((a.free_bytes(), a.free_ranges()), (0x4000, 1));
+    /// ```
     pub fn new(base: u64, size: u64) -> Self {
         let mut free = BTreeMap::new();
         if size > 0 {
@@ -44,6 +61,14 @@ impl RangeAllocator {
 
     /// First fit: the lowest free range that holds `len` bytes at an `align`-aligned start. `None` when
     /// nothing fits, `len` is 0 or `align` is not a power of two.
+    ///
+    /// ```
+    /// let mut a = range_allocator::RangeAllocator::new(0x1100, 0x8000);
+    /// assert_eq!(a.alloc(0x100, 0x1000), Some(0x2000), "the first 4 KiB aligned start");
+    /// assert_eq!(a.alloc(0x100, 0x100), Some(0x1100), "the gap left before it is still free");
+    /// assert_eq!(a.alloc(0x10_0000, 1), None, "too large");
+    /// assert_eq!(a.alloc(0x100, 3), None, "not a power of two");
+    /// ```
     pub fn alloc(&mut self, len: u64, align: u64) -> Option<u64> {
         if len == 0 || !align.is_power_of_two() {
             return None;
@@ -67,6 +92,14 @@ impl RangeAllocator {
     /// Reserves exactly `[at, at + len)`: succeeds (returns true) only when every byte of it is free. Refuses
     /// (returns false, nothing changed) a zero `len`, an end that overflows, or a range that is not wholly
     /// inside one free range — partly allocated already, or outside the allocator's space.
+    ///
+    /// ```
+    /// let mut a = range_allocator::RangeAllocator::new(0, 0x1000);
+    /// assert!(a.alloc_at(0x800, 0x100));
+    /// assert!(!a.alloc_at(0x880, 0x100), "overlaps the range just reserved");
+    /// assert!(!a.alloc_at(0xf80, 0x100), "runs past the end");
+    /// assert_eq!(a.free_ranges(), 2);
+    /// ```
     pub fn alloc_at(&mut self, at: u64, len: u64) -> bool {
         let Some(end) = at.checked_add(len).filter(|_| len > 0) else { return false };
         // The only free range that can hold `at` is the last one starting at or before it.
@@ -89,6 +122,14 @@ impl RangeAllocator {
 
     /// Returns `[at, at + len)` to the free set, merging with adjacent free ranges. Refuses (returns false)
     /// a range that overlaps free space — a double free — or whose end overflows.
+    ///
+    /// ```
+    /// let mut a = range_allocator::RangeAllocator::new(0, 0x3000);
+    /// let (x, y) = (a.alloc(0x1000, 0x1000).unwrap(), a.alloc(0x1000, 0x1000).unwrap());
+    /// assert!(a.free(x, 0x1000) && a.free(y, 0x1000));
+    /// assert_eq!(a.free_ranges(), 1, "neighbours merged back into one range");
+    /// assert!(!a.free(x, 0x1000), "a double free is refused");
+    /// ```
     pub fn free(&mut self, at: u64, len: u64) -> bool {
         let Some(end) = at.checked_add(len) else { return false };
         let prev = self.free.range(..=at).next_back().map(|(&s, &l)| (s, l));
@@ -109,12 +150,12 @@ impl RangeAllocator {
         true
     }
 
-    /// Bytes currently free.
+    /// Bytes currently free (examples on [`RangeAllocator::new`] and the type).
     pub fn free_bytes(&self) -> u64 {
         self.free.values().sum()
     }
 
-    /// Number of separate free ranges.
+    /// Number of separate free ranges (example on [`RangeAllocator::free`]).
     pub fn free_ranges(&self) -> usize {
         self.free.len()
     }

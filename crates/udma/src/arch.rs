@@ -13,8 +13,28 @@
 //! |---|---|---|
 //! | H2T engine of NC `nc` | 32 (D2H) for NC 0, 33 (H2D) for NC 1 | `[128, 129, 130, 131][nc / 2]` |
 //! | default H2T queue | 0 | `nc % 2` (two NCs share an engine) |
+//!
+//! ```
+//! use udma::arch::{Arch, ENGINES_PER_NC};
+//!
+//! // Where NC 3 of a Trn2 device sends its host-to-tensor copies, and who owns that queue.
+//! let (eng, qid) = (Arch::V3.h2t_engine(3).unwrap(), Arch::V3.h2t_default_qid(3).unwrap());
+//! assert_eq!((eng, qid), (129, 1));
+//! assert_eq!(Arch::V3.queue_owner(eng, qid), Some(3));
+//! assert_eq!(Arch::V3.engine_nc(3 * ENGINES_PER_NC + 5), Some(3), "a SENG engine of NC 3");
+//! ```
 
-/// A Neuron device generation.
+/// A Neuron device generation: its engine layout in BAR0, how it addresses host memory, and its topology.
+///
+/// ```
+/// use udma::Arch;
+///
+/// // 16 SENG engines per NC, plus the host-facing (D2H/H2D) engines.
+/// let host_facing = |a: Arch| a.num_engines() - a.seng_engines();
+/// assert_eq!((host_facing(Arch::V2), host_facing(Arch::V3)), (2, 4));
+/// assert_eq!((Arch::V2.ncs_per_device(), Arch::V2.num_engines(), Arch::V2.to_string()), (2, 34, "v2".into()));
+/// assert_eq!((Arch::V3.ncs_per_device(), Arch::V3.num_engines(), Arch::V3.to_string()), (8, 132, "v3".into()));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Arch {
     /// Trn1 / Inf2.
@@ -23,7 +43,8 @@ pub enum Arch {
     V3,
 }
 
-/// `V2_PCIE_A0_BASE`: bit 44.
+/// `V2_PCIE_A0_BASE`: bit 44. These three constants are what [`Arch::pci_host_base`] and
+/// [`Arch::host_addr_mask`] return; [`Arch::is_host_addr`] shows them at work.
 pub const V2_PCI_HOST_BASE: u64 = 0x0000_1000_0000_0000;
 /// `V3_PCIE_A0_BASE`: bit 46.
 pub const V3_PCI_HOST_BASE: u64 = 0x0000_4000_0000_0000;
@@ -77,6 +98,19 @@ impl Arch {
     }
 
     /// True when the device routes `addr` to host memory.
+    ///
+    /// ```
+    /// use udma::arch::{Arch, V2_PCI_HOST_BASE, V3_PCI_HOST_BASE};
+    ///
+    /// let host_pa = 0x8_0000_1000;
+    /// assert!(Arch::V2.is_host_addr(host_pa | Arch::V2.pci_host_base()));
+    /// assert!(!Arch::V2.is_host_addr(host_pa), "HBM");
+    /// // V2 compares five bits (48:44), so bit 45 set makes an address that is not host memory there.
+    /// assert!(!Arch::V2.is_host_addr(V2_PCI_HOST_BASE | 1 << 45));
+    /// assert_eq!(Arch::V2.host_addr_mask(), 0x1F << 44);
+    /// // V3 looks at bit 46 only.
+    /// assert!(Arch::V3.is_host_addr(V3_PCI_HOST_BASE | 1 << 45));
+    /// ```
     pub const fn is_host_addr(self, addr: u64) -> bool {
         addr & self.host_addr_mask() == self.pci_host_base()
     }
@@ -140,6 +174,17 @@ impl Arch {
     /// The NC that owns queue `qid` of engine `eng`: every queue of a SENG engine belongs to that engine's
     /// NC; on a host-facing engine only an NC's default H2T queue has a fixed owner. `None` for any other
     /// queue (the driver hands those out at run time), a qid ≥ 16, or an engine the arch lacks.
+    ///
+    /// ```
+    /// use udma::Arch;
+    ///
+    /// assert_eq!(Arch::V2.queue_owner(17, 9), Some(1), "every queue of NC 1's SENG engine 17");
+    /// assert_eq!(Arch::V2.queue_owner(33, 0), Some(1), "NC 1's H2T queue on the H2D engine");
+    /// assert_eq!(Arch::V2.queue_owner(33, 1), None, "handed out at run time");
+    /// assert_eq!(Arch::V2.queue_owner(34, 0), None, "no engine 34 on V2");
+    /// assert_eq!((Arch::V2.h2t_engine(0), Arch::V2.h2t_engine(2)), (Some(32), None));
+    /// assert_eq!((Arch::V2.engine_nc(31), Arch::V2.engine_nc(32)), (Some(1), None));
+    /// ```
     pub fn queue_owner(self, eng: u32, qid: u32) -> Option<u32> {
         if qid >= crate::DMA_MAX_Q {
             return None;
@@ -151,6 +196,19 @@ impl Arch {
     }
 
     /// BAR0 offset of engine `eng`'s register block, or `None` for an id the arch does not have.
+    ///
+    /// ```
+    /// use udma::{regs, Arch};
+    ///
+    /// assert_eq!(Arch::V2.engine_base(33), Some(0x30D0_0000));
+    /// assert_eq!(Arch::V3.engine_base(128), Some(0x0680_0000));
+    /// assert_eq!(Arch::V3.engine_base(132), None);
+    /// // The inverse: which engine a BAR0 offset falls in, and where inside its block.
+    /// let h2d = Arch::V2.engine_base(33).unwrap();
+    /// let doorbell = regs::queue_base(h2d, udma::Direction::Rx, 0) + regs::q::DRTP_INC;
+    /// assert_eq!(Arch::V2.engine_at(doorbell), Some((33, 0x2_1038)));
+    /// assert_eq!(Arch::V2.engine_at(0x10), None);
+    /// ```
     pub const fn engine_base(self, eng: u32) -> Option<u64> {
         match self {
             Arch::V2 => match eng {
@@ -168,7 +226,8 @@ impl Arch {
         }
     }
 
-    /// The engine whose register block contains BAR0 offset `off`, with the offset inside that block.
+    /// The engine whose register block contains BAR0 offset `off`, with the offset inside that block (example
+    /// on [`Arch::engine_base`]).
     pub fn engine_at(self, off: u64) -> Option<(u32, u64)> {
         (0..self.num_engines()).find_map(|eng| {
             let base = self.engine_base(eng)?;

@@ -4,6 +4,21 @@
 //! the S2M ring of the same qid writes the destination. Both share the `len_ctrl` word; word 1 is the TX
 //! `meta_ctrl` or the RX `buf2_ptr_lo` (always 0 on the M2M path); the last 8 bytes are the TX source
 //! (`buf_ptr`) or the RX destination (`buf1_ptr`).
+//!
+//! ```
+//! use udma::{Barrier, Desc};
+//!
+//! // The first pair staged after a ring init (phase 1): 64 KiB from host memory (bit 44 on V2) to HBM.
+//! let tx = Desc::m2m_tx(0x1000_0000_4000, 65536, 1, Barrier::None)?;
+//! let rx = Desc::m2m_rx(0x2000, 65536, 1, Barrier::None, false)?;
+//! assert_eq!(format!("{tx:?}"), "Desc(0x0d000000, 0x01080003, 0x0000100000004000)");
+//! assert_eq!(format!("{rx:?}"), "Desc(0x01000000, 0x00000000, 0x0000000000002000)");
+//! // Decoding words read back from a ring.
+//! let seen = Desc::from_words(0x0D00_0000, 0x0108_0003, 0x1000_0000_4000).tx();
+//! assert!(seen.len_ctrl.first() && seen.len_ctrl.last());
+//! assert_eq!((seen.src, seen.len_ctrl.len_bytes(), seen.len_ctrl.ring_id()), (0x1000_0000_4000, 65536, 1));
+//! # Ok::<(), udma::UdmaError>(())
+//! ```
 
 use bitfield_struct::bitfield;
 use zerocopy::little_endian::{U32, U64};
@@ -12,6 +27,14 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 use crate::{UdmaError, DMA_RING_ID_MASK, MAX_DMA_DESC_SIZE};
 
 /// The `len_ctrl` word shared by both views (FACTS §1.2). Bit 29 is SOW on RX only; bit 30 is DMB on TX only.
+///
+/// ```
+/// use udma::LenCtrl;
+///
+/// let w = LenCtrl::new().with_len_field(4096).with_ring_id(2).with_first(true).with_last(true).with_dmb(true);
+/// assert_eq!(w.into_bits(), 0x4E00_1000);
+/// assert_eq!(LenCtrl::from_bits(0x0D00_0000).len_bytes(), 65536, "a length field of 0 is 64 KiB");
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct LenCtrl {
@@ -40,7 +63,7 @@ pub struct LenCtrl {
 }
 
 impl LenCtrl {
-    /// The byte count this word describes: the 16-bit field, with 0 meaning 65536.
+    /// The byte count this word describes: the 16-bit field, with 0 meaning 65536 (example on [`LenCtrl`]).
     pub fn len_bytes(&self) -> u32 {
         match self.len_field() {
             0 => MAX_DMA_DESC_SIZE,
@@ -50,11 +73,20 @@ impl LenCtrl {
 }
 
 /// Default TX `meta_ctrl`: first block, last block, copy_source_data, ssmae_op = 0b010
-/// (`tdma_m2s_meta_ctrl_default_value`, FACTS §1.3).
+/// (`tdma_m2s_meta_ctrl_default_value`, FACTS §1.3). Decoded in [`MetaCtrl`]'s example.
 pub const META_CTRL_DEFAULT: u32 = 0x0108_0003;
 
 /// The TX `meta_ctrl` word, both overlays (FACTS §1.3). Bit 26 is `write_barrier` from the
 /// `sdma_cme_desc_word` overlay — not to be confused with FIRST, which is bit 26 of `len_ctrl`.
+///
+/// ```
+/// use udma::desc::{MetaCtrl, META_CTRL_DEFAULT};
+///
+/// let m = MetaCtrl::from_bits(META_CTRL_DEFAULT);
+/// assert!(m.first_block() && m.last_block() && m.copy_source_data() && !m.write_barrier());
+/// assert_eq!(m.ssmae_op(), 0b010);
+/// assert_eq!(m.with_write_barrier(true).into_bits(), 0x0508_0003);
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct MetaCtrl {
@@ -94,7 +126,20 @@ pub struct MetaCtrl {
     __: u8,
 }
 
-/// The M2M barrier a descriptor pair carries (`UDMA_M2M_BARRIER_*`, FACTS §1.4).
+/// The M2M barrier a descriptor pair carries (`UDMA_M2M_BARRIER_*`, FACTS §1.4). A raw value converts with
+/// [`TryFrom<u32>`].
+///
+/// ```
+/// use udma::{Barrier, Desc, UdmaError};
+///
+/// assert_eq!(Barrier::try_from(2), Ok(Barrier::WriteBarrier));
+/// assert_eq!(Barrier::try_from(4), Err(UdmaError::InvalidBarrier(4)));
+/// // Each barrier lands on its own bit of its own half of the pair.
+/// assert!(Desc::m2m_tx(0, 4, 1, Barrier::Dmb)?.len_ctrl().dmb());
+/// assert!(Desc::m2m_tx(0, 4, 1, Barrier::WriteBarrier)?.tx().meta_ctrl.write_barrier());
+/// assert!(Desc::m2m_rx(0, 4, 1, Barrier::Sow, false)?.len_ctrl().sow());
+/// # Ok::<(), UdmaError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u32)]
 pub enum Barrier {
@@ -123,7 +168,9 @@ impl TryFrom<u32> for Barrier {
     }
 }
 
-/// One 16-byte, 16-byte-aligned, little-endian UDMA descriptor as it sits in a ring.
+/// One 16-byte, 16-byte-aligned, little-endian UDMA descriptor as it sits in a ring. Built by
+/// [`Desc::m2m_tx`] / [`Desc::m2m_rx`] (or from raw words), read through its [`TxDesc`] / [`RxDesc`] views; see
+/// the [module example](self).
 #[derive(Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C, align(16))]
 pub struct Desc {
@@ -145,7 +192,12 @@ fn len_field(len: u32) -> Result<u16, UdmaError> {
 }
 
 impl Desc {
-    /// Builds a descriptor from its three raw words.
+    /// Builds a descriptor from its three raw words (`len_ctrl`, word 1, the 64-bit address).
+    ///
+    /// ```
+    /// let d = udma::Desc::from_words(0x0100_0004, 0, 0x2000);
+    /// assert_eq!((d.len_ctrl().len_bytes(), d.word1(), d.buf_ptr()), (4, 0, 0x2000));
+    /// ```
     pub const fn from_words(len_ctrl: u32, word1: u32, buf_ptr: u64) -> Self {
         Desc { len_ctrl: U32::new(len_ctrl), word1: U32::new(word1), buf_ptr: U64::new(buf_ptr) }
     }
@@ -153,6 +205,15 @@ impl Desc {
     /// Builds the TX (M2S) half of an M2M pair as `udma_m2m_copy_prepare_one` does (FACTS §1.5):
     /// `len_ctrl` = FIRST | LAST | (DMB if `barrier` is DMB) | ring_id << 24 | len, `meta_ctrl` = 0x01080003
     /// plus bit 26 for WRITE_BARRIER, `buf_ptr` = `src`.
+    ///
+    /// ```
+    /// use udma::{Barrier, Desc, UdmaError};
+    ///
+    /// let d = Desc::m2m_tx(0x4000, 4, 2, Barrier::WriteBarrier)?;
+    /// assert_eq!((d.len_ctrl().into_bits(), d.word1(), d.buf_ptr()), (0x0E00_0004, 0x0508_0003, 0x4000));
+    /// assert_eq!(Desc::m2m_tx(0x4000, 0, 2, Barrier::None), Err(UdmaError::InvalidLength { len: 0 }));
+    /// # Ok::<(), UdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -170,6 +231,15 @@ impl Desc {
 
     /// Builds the RX (S2M) half of an M2M pair (FACTS §1.5): `len_ctrl` = ring_id << 24 | len | (SOW if
     /// `barrier` is SOW) | (INT_EN if `set_int`), `buf2_ptr_lo` = 0, `buf1_ptr` = `dst`. No FIRST/LAST.
+    ///
+    /// ```
+    /// use udma::{Barrier, Desc, UdmaError};
+    ///
+    /// let d = Desc::m2m_rx(0x8000, 4, 1, Barrier::Sow, true)?;
+    /// assert_eq!((d.len_ctrl().into_bits(), d.word1(), d.buf_ptr()), (0x3100_0004, 0, 0x8000));
+    /// assert_eq!(Desc::m2m_rx(0, 65537, 1, Barrier::None, false), Err(UdmaError::InvalidLength { len: 65537 }));
+    /// # Ok::<(), UdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -253,7 +323,15 @@ impl core::fmt::Debug for Desc {
     }
 }
 
-/// A descriptor read through its TX (M2S, memory-to-stream) view.
+/// A descriptor read through its TX (M2S, memory-to-stream) view ([`Desc::tx`]).
+///
+/// ```
+/// use udma::{Barrier, Desc};
+///
+/// let tx = Desc::m2m_tx(0x4000, 512, 1, Barrier::Dmb)?.tx();
+/// assert_eq!((tx.src, tx.len_ctrl.len_bytes(), tx.barrier()), (0x4000, 512, Barrier::Dmb));
+/// # Ok::<(), udma::UdmaError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxDesc {
     /// Length, phase and flags.
@@ -277,7 +355,15 @@ impl TxDesc {
     }
 }
 
-/// A descriptor read through its RX (S2M, stream-to-memory) view.
+/// A descriptor read through its RX (S2M, stream-to-memory) view ([`Desc::rx`]).
+///
+/// ```
+/// use udma::{Barrier, Desc};
+///
+/// let rx = Desc::m2m_rx(0x8000, 512, 3, Barrier::None, false)?.rx();
+/// assert_eq!((rx.dst, rx.len_ctrl.len_bytes(), rx.len_ctrl.ring_id(), rx.buf2_ptr_lo), (0x8000, 512, 3, 0));
+/// # Ok::<(), udma::UdmaError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RxDesc {
     /// Length, phase and flags.

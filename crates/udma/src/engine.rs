@@ -5,6 +5,23 @@ use crate::{regs, Arch, Barrier, Desc, Direction, DmaMemory, Mmio, Queue, UdmaEr
 
 /// A descriptor ring handed to queue init: its memory and the device address programmed into `drbp`
 /// (for a host ring, the host PA with the arch's `pci_host_base` OR-ed in).
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+/// use udma::{Arch, Ring, Udma, UdmaError};
+///
+/// let bar0 = Regs::default();
+/// let engine = Udma::init(&bar0, Arch::V2, 32)?;
+/// let host = Arch::V2.pci_host_base();
+/// let ring = |pa: u64| Ring { mem: Mem::new(64 * 16, pa), dma_addr: pa | host };
+/// let q = engine.init_queue(&bar0, 0, ring(0x1_0000), ring(0x2_0000), 64)?;
+/// assert_eq!(q.tx().dma_addr(), 0x1_0000 | host);
+/// // The base and the end of a ring must be 256-byte aligned.
+/// let skewed = Ring { mem: Mem::new(64 * 16, 0x3_0000), dma_addr: 0x3_0040 };
+/// let err = engine.init_queue(&bar0, 1, skewed, ring(0x4_0000), 64).err();
+/// assert_eq!(err, Some(UdmaError::MisalignedRing { addr: 0x3_0040 }));
+/// # Ok::<(), UdmaError>(())
+/// ```
 pub struct Ring<R> {
     /// The ring's memory.
     pub mem: R,
@@ -12,7 +29,8 @@ pub struct Ring<R> {
     pub dma_addr: u64,
 }
 
-/// One M2M queue pair: TX (M2S) and RX (S2M) rings of the same qid, moving in lock-step.
+/// One M2M queue pair: TX (M2S) and RX (S2M) rings of the same qid, moving in lock-step. Made by
+/// [`Udma::init_queue`]; the [crate example](crate) stages, starts and acks a copy on one.
 pub struct M2mQueue<R> {
     qid: u32,
     tx: Queue<R>,
@@ -43,6 +61,22 @@ impl<R: DmaMemory> M2mQueue<R> {
 
     /// Re-programs both queues and resets their cursors to 0 and their phase to 1 (what `ndmar_h2t_ring_init`
     /// does on the V2 retry path). Anything staged but not completed is abandoned.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+    /// use udma::{regs, Arch, Barrier, Ring, Udma};
+    ///
+    /// let bar0 = Regs::default();
+    /// let ring = |pa| Ring { mem: Mem::new(32 * 16, pa), dma_addr: pa };
+    /// let mut q = Udma::init(&bar0, Arch::V2, 33)?.init_queue(&bar0, 0, ring(0x1000), ring(0x2000), 32)?;
+    /// q.copy_prepare_one(0x10_0000, 0x20_0000, 64, Barrier::None, false)?;
+    /// q.reinit(&bar0);
+    /// assert_eq!((q.tx().next_desc_idx(), q.rx().next_cdesc_idx(), q.available()), (0, 0, 16));
+    /// // `RST_Q` was written to both queues' software control registers.
+    /// assert_eq!(bar0.read32(q.tx().regs() + regs::q::M2S_Q_SW_CTRL), regs::Q_SW_CTRL_RST_Q);
+    /// assert_eq!(bar0.read32(q.rx().regs() + regs::q::S2M_Q_SW_CTRL), regs::Q_SW_CTRL_RST_Q);
+    /// # Ok::<(), udma::UdmaError>(())
+    /// ```
     pub fn reinit<M: Mmio + ?Sized>(&mut self, mmio: &M) {
         self.tx.init_hw(mmio);
         self.rx.init_hw(mmio);
@@ -55,6 +89,27 @@ impl<R: DmaMemory> M2mQueue<R> {
     ///
     /// [`UdmaError::InvalidLength`] (`-1`) for a size of 0 or above 65536; [`UdmaError::RingFull`]
     /// (`-ENOMEM`) when either ring has no free slot. Nothing is staged on error.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+    /// use udma::{Arch, Barrier, Direction, Ring, Udma, UdmaError};
+    ///
+    /// let bar0 = Regs::default();
+    /// let ring = |pa| Ring { mem: Mem::new(32 * 16, pa), dma_addr: pa };
+    /// let mut q = Udma::init(&bar0, Arch::V3, 0)?.init_queue(&bar0, 3, ring(0x1000), ring(0x2000), 32)?;
+    /// q.copy_prepare_one(0x10_0000, 0x20_0000, 65536, Barrier::WriteBarrier, false)?;
+    /// let (tx, rx) = (q.tx().read_desc(0).tx(), q.rx().read_desc(0).rx());
+    /// assert_eq!((tx.src, rx.dst, tx.len_ctrl.len_bytes()), (0x10_0000, 0x20_0000, 65536));
+    /// assert_eq!(tx.barrier(), Barrier::WriteBarrier);
+    /// assert_eq!(q.copy_prepare_one(0, 0, 65537, Barrier::None, false), Err(UdmaError::InvalidLength { len: 65537 }));
+    /// // 32 slots less the 16-slot guard gap: the 16th more pair finds the ring full.
+    /// for _ in 1..16 {
+    ///     q.copy_prepare_one(0x10_0000, 0x20_0000, 4, Barrier::None, false)?;
+    /// }
+    /// let full = q.copy_prepare_one(0x10_0000, 0x20_0000, 4, Barrier::None, false);
+    /// assert_eq!(full, Err(UdmaError::RingFull { qid: 3, dir: Direction::Tx }));
+    /// # Ok::<(), UdmaError>(())
+    /// ```
     #[inline]
     pub fn copy_prepare_one(
         &mut self,
@@ -90,6 +145,20 @@ impl<R: DmaMemory> M2mQueue<R> {
     ///
     /// [`UdmaError::InvalidDoorbellCount`] (`-1`) when a count exceeds its ring or the RX count is 0; no
     /// doorbell is rung in that case.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+    /// use udma::{regs, Arch, Ring, Udma, UdmaError};
+    ///
+    /// let bar0 = Regs::default();
+    /// let ring = |pa| Ring { mem: Mem::new(32 * 16, pa), dma_addr: pa };
+    /// let q = Udma::init(&bar0, Arch::V2, 1)?.init_queue(&bar0, 2, ring(0x1000), ring(0x2000), 32)?;
+    /// q.copy_start(&bar0, 0, 4)?; // RX only: a TX count of 0 rings no TX doorbell
+    /// let (tx_bell, rx_bell) = (q.tx().regs() + regs::q::DRTP_INC, q.rx().regs() + regs::q::DRTP_INC);
+    /// assert_eq!((bar0.read32(tx_bell), bar0.read32(rx_bell)), (0, 4));
+    /// assert_eq!(q.copy_start(&bar0, 1, 0), Err(UdmaError::InvalidDoorbellCount { count: 0, size: 32 }));
+    /// # Ok::<(), UdmaError>(())
+    /// ```
     pub fn copy_start<M: Mmio + ?Sized>(&self, mmio: &M, m2s_count: u32, s2m_count: u32) -> Result<(), UdmaError> {
         if m2s_count > self.tx.size() || s2m_count > self.rx.size() || s2m_count == 0 {
             return Err(UdmaError::InvalidDoorbellCount {
@@ -104,13 +173,13 @@ impl<R: DmaMemory> M2mQueue<R> {
         Ok(())
     }
 
-    /// Frees `num` slots on both rings, RX then TX (`ndma_ack_completed_desc`).
+    /// Frees `num` slots on both rings, RX then TX (`ndma_ack_completed_desc`); see the [crate example](crate).
     pub fn ack(&self, num: u32) {
         self.rx.ack(num);
         self.tx.ack(num);
     }
 
-    /// Slots free on both rings.
+    /// Slots free on both rings (see the [crate example](crate)).
     pub fn available(&self) -> u32 {
         self.tx.available().min(self.rx.available())
     }
@@ -143,18 +212,21 @@ impl<R: DmaMemory> M2mQueue<R> {
 ///   +0x254) has an offset but no value in FACTS, so it keeps its reset value.
 ///
 /// ```
-/// # use udma::{Arch, Mmio, Udma, UdmaError, UdmaState, Direction};
-/// # use std::{collections::HashMap, sync::Mutex};
-/// # #[derive(Default)] struct Regs(Mutex<HashMap<u64, u32>>);
-/// # impl Mmio for Regs {
-/// #     fn read32(&self, o: u64) -> u32 { self.0.lock().unwrap().get(&o).copied().unwrap_or(0) }
-/// #     fn write32(&self, o: u64, v: u32) { self.0.lock().unwrap().insert(o, v); }
-/// # }
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+/// use udma::{regs, Arch, Direction, Udma, UdmaError, UdmaState};
+///
 /// let bar0 = Regs::default();
 /// let engine = Udma::init(&bar0, Arch::V2, 32)?; // the D2H engine
-/// assert_eq!(engine.base(), 0x3060_0000);
-/// assert_eq!(bar0.read32(engine.base() + 0x204), 1, "change_state NORMAL");
+/// assert_eq!((engine.arch(), engine.id(), engine.base(), engine.num_queues()), (Arch::V2, 32, 0x3060_0000, 16));
+/// assert_eq!(bar0.read32(engine.base() + regs::M2S_CHANGE_STATE), regs::CHANGE_STATE_NORMAL);
+/// assert_eq!(bar0.read32(engine.base() + regs::S2M_CHANGE_STATE), regs::CHANGE_STATE_NORMAL);
 /// assert_eq!(Udma::init(&bar0, Arch::V2, 34).unwrap_err(), UdmaError::NoSuchEngine { engine: 34, num_engines: 34 });
+///
+/// // The state machine's register belongs to the hardware; a model (here: a test double) moves it.
+/// bar0.write32(engine.base() + regs::M2S_STATE, UdmaState::Normal as u32);
+/// assert_eq!(engine.state(&bar0, Direction::Tx), Some(UdmaState::Normal));
+/// bar0.write32(engine.base() + regs::S2M_STATE, 9);
+/// assert_eq!(engine.state(&bar0, Direction::Rx), None, "9 names no state");
 /// # Ok::<(), UdmaError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +237,8 @@ pub struct Udma {
 }
 
 impl Udma {
-    /// Brings engine `eng` of an `arch` device up (see the type's documentation for what is programmed).
+    /// Brings engine `eng` of an `arch` device up (see the [type's documentation](Udma) for what is programmed,
+    /// and its example).
     ///
     /// # Errors
     ///
@@ -190,6 +263,25 @@ impl Udma {
     /// All `-EINVAL`: [`UdmaError::InvalidQueue`] for qid ≥ [`Udma::num_queues`],
     /// [`UdmaError::InvalidQueueSize`], [`UdmaError::MisalignedRing`], [`UdmaError::RingMemoryTooSmall`].
     /// Nothing is written to hardware on error.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+    /// use udma::{regs, Arch, Ring, Udma, UdmaError};
+    ///
+    /// let bar0 = Regs::default();
+    /// let engine = Udma::init(&bar0, Arch::V3, 129)?;
+    /// let ring = |pa| Ring { mem: Mem::new(64 * 16, pa), dma_addr: pa };
+    /// let q = engine.init_queue(&bar0, 1, ring(0x1_0000), ring(0x2_0000), 64)?;
+    /// let tx = q.tx().regs();
+    /// assert_eq!(bar0.read32(tx + regs::q::DRBP_LOW), 0x1_0000);
+    /// assert_eq!(bar0.read32(tx + regs::q::DRL), 64);
+    /// assert_eq!(bar0.read32(tx + regs::q::CFG), regs::Q_CFG_ENABLED);
+    /// let err = engine.init_queue(&bar0, 16, ring(0x3_0000), ring(0x4_0000), 64).err();
+    /// assert_eq!(err, Some(UdmaError::InvalidQueue { qid: 16, num_queues: 16 }));
+    /// let err = engine.init_queue(&bar0, 2, ring(0x3_0000), ring(0x4_0000), 48).err();
+    /// assert_eq!(err, Some(UdmaError::InvalidQueueSize { size: 48 }));
+    /// # Ok::<(), UdmaError>(())
+    /// ```
     pub fn init_queue<R: DmaMemory, M: Mmio + ?Sized>(
         &self,
         mmio: &M,
@@ -201,7 +293,8 @@ impl Udma {
         M2mQueue::init(mmio, self, qid, tx, rx, size)
     }
 
-    /// `udma_state_get`: the state of direction `dir`, or `None` for a value that names no state.
+    /// `udma_state_get`: the state of direction `dir`, or `None` for a value that names no state (example on
+    /// [`Udma`]).
     pub fn state<M: Mmio + ?Sized>(&self, mmio: &M, dir: Direction) -> Option<UdmaState> {
         let off = EngineReg::State.offset(dir)?;
         UdmaState::from_bits(mmio.read32(self.base + off))

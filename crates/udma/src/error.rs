@@ -1,6 +1,13 @@
 //! The HAL's error type and the Linux errno values the driver returns.
 
 /// Linux errno values used by the driver (positive; the driver returns their negation).
+///
+/// ```
+/// use udma::{errno, UdmaError};
+///
+/// assert_eq!(UdmaError::InvalidQueueSize { size: 48 }.errno(), -errno::EINVAL);
+/// assert_eq!((errno::ENOMEM, errno::ETIMEDOUT), (12, 110));
+/// ```
 pub mod errno {
     /// `EPERM`: the driver's bare `-1`.
     pub const EPERM: i32 = 1;
@@ -23,6 +30,17 @@ pub mod errno {
 }
 
 /// Everything a HAL entry point can refuse. [`UdmaError::errno`] gives the value the C HAL returns.
+///
+/// ```
+/// use udma::{Arch, Barrier, Desc, Direction, UdmaError};
+///
+/// let e = Desc::m2m_tx(0, 0, 1, Barrier::None).unwrap_err();
+/// assert_eq!(e, UdmaError::InvalidLength { len: 0 });
+/// assert_eq!(e.to_string(), "descriptor length 0 is outside 1..=65536");
+/// assert_eq!(e.errno(), -1, "the driver's bare -1");
+/// assert_eq!(UdmaError::RingFull { qid: 0, dir: Direction::Rx }.errno(), -12);
+/// assert_eq!(UdmaError::NoSuchEngine { engine: 40, num_engines: Arch::V2.num_engines() }.errno(), -2);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum UdmaError {
     /// An engine id the device's arch does not have (`-ENOENT`, as the driver answers for a missing engine,
@@ -101,7 +119,8 @@ pub enum UdmaError {
 }
 
 impl UdmaError {
-    /// The negative errno the driver returns for this failure (`-1` where the driver returns a bare -1).
+    /// The negative errno the driver returns for this failure (`-1` where the driver returns a bare -1); example
+    /// on [`UdmaError`].
     pub fn errno(&self) -> i32 {
         match self {
             UdmaError::NoSuchEngine { .. } => -errno::ENOENT,

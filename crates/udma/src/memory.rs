@@ -18,6 +18,64 @@ use crate::UdmaError;
 ///
 /// The device may read and write the region concurrently with the CPU; callers order their accesses with
 /// the doorbell (release) and the completion marker (acquire), as the driver does.
+///
+/// # Example
+///
+/// An implementation over heap memory, and the bounds-checked accessors every implementation gets:
+///
+/// ```
+/// use std::alloc::{alloc_zeroed, dealloc, Layout};
+/// use std::sync::atomic::Ordering;
+/// use udma::{DmaMemory, UdmaError};
+///
+/// /// Heap memory whose "physical" address is its CPU address (enough for a software engine).
+/// struct Heap(*mut u8, usize);
+///
+/// impl Heap {
+///     fn new(len: usize) -> Heap {
+///         // SAFETY: a non-zero size and a power-of-two alignment make a valid layout.
+///         let ptr = unsafe { alloc_zeroed(Layout::from_size_align(len, 256).unwrap()) };
+///         assert!(!ptr.is_null());
+///         Heap(ptr, len)
+///     }
+/// }
+/// impl Drop for Heap {
+///     fn drop(&mut self) {
+///         // SAFETY: allocated in `new` with this layout.
+///         unsafe { dealloc(self.0, Layout::from_size_align(self.1, 256).unwrap()) };
+///     }
+/// }
+/// // SAFETY: the value owns the allocation; all access goes through `DmaMemory`'s accessors.
+/// unsafe impl Send for Heap {}
+/// // SAFETY: as above.
+/// unsafe impl Sync for Heap {}
+/// // SAFETY: non-null, 256-byte aligned, valid for `len` bytes while the value lives, aliased by nothing else.
+/// unsafe impl DmaMemory for Heap {
+///     fn as_ptr(&self) -> *mut u8 {
+///         self.0
+///     }
+///     fn len(&self) -> usize {
+///         self.1
+///     }
+///     fn phys_addr(&self) -> u64 {
+///         self.0 as u64
+///     }
+/// }
+///
+/// let m = Heap::new(4096);
+/// m.write_bytes(16, b"marker")?;
+/// let mut back = [0u8; 6];
+/// m.read_bytes(16, &mut back)?;
+/// assert_eq!(&back, b"marker");
+/// m.fill(0, 4, 0xab)?;
+/// assert_eq!(m.load_u32(0, Ordering::Acquire)?, 0xabab_abab);
+/// m.store_u32(8, 0xabcd_ef01, Ordering::Release)?;
+/// assert_eq!(m.word(8)?.load(Ordering::Acquire), 0xabcd_ef01);
+/// assert!(m.check(4092, 4).is_ok() && !m.is_empty());
+/// assert_eq!(m.check(4093, 4), Err(UdmaError::OutOfBounds { offset: 4093, len: 4, size: 4096 }));
+/// assert_eq!(m.load_u32(2, Ordering::Relaxed), Err(UdmaError::OutOfBounds { offset: 2, len: 4, size: 4096 }));
+/// # Ok::<(), UdmaError>(())
+/// ```
 pub unsafe trait DmaMemory: Send + Sync {
     /// CPU address of the first byte.
     fn as_ptr(&self) -> *mut u8;

@@ -13,6 +13,14 @@ use crate::sync::{spin_loop, AtomicU32};
 use crate::{regs, Desc, DmaMemory, Mmio, UdmaError, UDMA_INITIAL_RING_ID, UDMA_MAX_NUM_CDESC_PER_CACHE_LINE};
 
 /// Which ring of a queue pair: TX is M2S (reads the source), RX is S2M (writes the destination).
+///
+/// ```
+/// use udma::{regs, Direction};
+///
+/// assert_eq!(Direction::Rx.to_string(), "RX (S2M)");
+/// // Each direction has its own register block in an engine.
+/// assert_eq!((regs::dir_block(Direction::Tx), regs::dir_block(Direction::Rx)), (0, 0x2_0000));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
     /// Memory-to-stream: reads the source.
@@ -30,7 +38,7 @@ impl core::fmt::Display for Direction {
     }
 }
 
-/// `enum udma_queue_status`.
+/// `enum udma_queue_status`: what [`Queue::status`] reports (see [`Queue`]'s example).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueStatus {
     /// Not running.
@@ -42,6 +50,19 @@ pub enum QueueStatus {
 }
 
 /// The software completion counter `next_cdesc_idx` and its lock-free ack (`udma_cdesc_ack`).
+///
+/// ```
+/// use udma::CompletionCounter;
+///
+/// let c = CompletionCounter::new(31); // a ring of 32 descriptors
+/// // Concurrent ackers never lose an update; the cursor wraps modulo the ring size.
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| c.ack(10));
+///     }
+/// });
+/// assert_eq!(c.get(), 40 % 32);
+/// ```
 #[derive(Debug)]
 pub struct CompletionCounter {
     next_cdesc_idx: AtomicU32,
@@ -82,7 +103,40 @@ impl CompletionCounter {
     }
 }
 
-/// One direction (TX or RX) of a UDMA queue, owning its descriptor ring memory.
+/// One direction (TX or RX) of a UDMA queue, owning its descriptor ring memory. An [`M2mQueue`] holds the two
+/// of a pair and moves them in lock-step; [`M2mQueue::tx`] and [`M2mQueue::rx`] show them.
+///
+/// [`M2mQueue`]: crate::M2mQueue
+/// [`M2mQueue::tx`]: crate::M2mQueue::tx
+/// [`M2mQueue::rx`]: crate::M2mQueue::rx
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+/// use udma::{regs, Arch, Barrier, Direction, QueueStatus, Ring, Udma};
+///
+/// let bar0 = Regs::default();
+/// let engine = Udma::init(&bar0, Arch::V3, 128)?;
+/// let ring = |pa| Ring { mem: Mem::new(32 * 16, pa), dma_addr: pa };
+/// let mut pair = engine.init_queue(&bar0, 1, ring(0x1000), ring(0x2000), 32)?;
+/// for _ in 0..3 {
+///     pair.copy_prepare_one(0x10_0000, 0x20_0000, 64, Barrier::None, false)?;
+/// }
+/// let tx = pair.tx();
+/// assert_eq!((tx.direction(), tx.qid(), tx.size(), tx.status()), (Direction::Tx, 1, 32, QueueStatus::Enabled));
+/// assert_eq!((tx.dma_addr(), tx.regs()), (0x1000, regs::queue_base(engine.base(), Direction::Tx, 1)));
+/// assert_eq!((tx.next_desc_idx(), tx.next_cdesc_idx(), tx.ring_id()), (3, 0, 1));
+/// assert_eq!(tx.available(), 32 - 16 - 3);
+///
+/// // Acked slots come back; when the producer wraps to slot 0 the phase moves on (1 → 2).
+/// pair.ack(3);
+/// for _ in 0..29 {
+///     pair.copy_prepare_one(0x10_0000, 0x20_0000, 64, Barrier::None, false)?;
+///     pair.ack(1);
+/// }
+/// assert_eq!((pair.tx().next_desc_idx(), pair.tx().ring_id()), (0, 2));
+/// assert_eq!(pair.rx().read_desc(31).len_ctrl().ring_id(), 1, "the last slot keeps the old phase");
+/// # Ok::<(), udma::UdmaError>(())
+/// ```
 pub struct Queue<R> {
     ring: R,
     dma_addr: u64,
@@ -163,7 +217,7 @@ impl<R: DmaMemory> Queue<R> {
     }
 
     /// Free slots: `(next_cdesc_idx − (next_desc_idx + 16)) & size_mask` (`udma_available_get`).
-    /// An empty ring has `size − 16`.
+    /// An empty ring has `size − 16` (see the [type's example](Queue)).
     pub fn available(&self) -> u32 {
         self.completed.get().wrapping_sub(self.next_desc_idx.wrapping_add(UDMA_MAX_NUM_CDESC_PER_CACHE_LINE))
             & self.size_mask()
@@ -172,7 +226,8 @@ impl<R: DmaMemory> Queue<R> {
     /// Takes the slot at the producer cursor and returns it with the phase to stamp on it
     /// (`udma_desc_get` followed by `udma_ring_id_get`): when the producer wraps to slot 0 the phase advances
     /// mod 4, so the last slot keeps the old id and slot 0 carries the new one. Availability is the caller's
-    /// business, as in the driver.
+    /// business, as in the driver. [`M2mQueue::copy_prepare_one`](crate::M2mQueue::copy_prepare_one) takes
+    /// its slots this way; the [type's example](Queue) shows the wrap.
     pub fn take_slot(&mut self) -> (u32, u8) {
         let idx = self.next_desc_idx;
         self.next_desc_idx = (idx + 1) & self.size_mask();
@@ -185,6 +240,20 @@ impl<R: DmaMemory> Queue<R> {
 
     /// Stores `desc` into slot `idx` as one 16-byte write.
     ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+    /// use udma::{Arch, Barrier, Desc, Ring, Udma};
+    ///
+    /// let bar0 = Regs::default();
+    /// let ring = |pa| Ring { mem: Mem::new(32 * 16, pa), dma_addr: pa };
+    /// let pair = Udma::init(&bar0, Arch::V2, 0)?.init_queue(&bar0, 0, ring(0x1000), ring(0x2000), 32)?;
+    /// let d = Desc::m2m_tx(0x4000, 256, 1, Barrier::None)?;
+    /// pair.tx().write_desc(5, d);
+    /// assert_eq!(pair.tx().read_desc(5), d);
+    /// assert_eq!(pair.tx().read_desc(6), Desc::default(), "untouched slots read as zero");
+    /// # Ok::<(), udma::UdmaError>(())
+    /// ```
+    ///
     /// # Panics
     ///
     /// Never for `idx < size`; `idx` comes from [`Queue::take_slot`].
@@ -195,7 +264,7 @@ impl<R: DmaMemory> Queue<R> {
         store_desc(slot, desc);
     }
 
-    /// Reads slot `idx` back (for inspection and tests).
+    /// Reads slot `idx` back (for inspection and tests); example on [`Queue::write_desc`].
     ///
     /// # Panics
     ///
@@ -207,6 +276,20 @@ impl<R: DmaMemory> Queue<R> {
     }
 
     /// The doorbell (`udma_desc_action_add`): hand `num` more descriptors to the engine.
+    /// [`M2mQueue::copy_start`](crate::M2mQueue::copy_start) rings both of a pair.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); } use doctest::*;
+    /// use udma::{regs, Arch, Ring, Udma, UdmaError};
+    ///
+    /// let bar0 = Regs::default();
+    /// let ring = |pa| Ring { mem: Mem::new(32 * 16, pa), dma_addr: pa };
+    /// let pair = Udma::init(&bar0, Arch::V2, 0)?.init_queue(&bar0, 0, ring(0x1000), ring(0x2000), 32)?;
+    /// pair.rx().doorbell(&bar0, 7)?;
+    /// assert_eq!(bar0.read32(pair.rx().regs() + regs::q::DRTP_INC), 7);
+    /// assert_eq!(pair.rx().doorbell(&bar0, 33), Err(UdmaError::InvalidDoorbellCount { count: 33, size: 32 }));
+    /// # Ok::<(), UdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -222,7 +305,8 @@ impl<R: DmaMemory> Queue<R> {
         Ok(())
     }
 
-    /// Advances the software completion counter by `num` (`udma_cdesc_ack`), freeing `num` slots.
+    /// Advances the software completion counter by `num` (`udma_cdesc_ack`), freeing `num` slots (see the
+    /// [type's example](Queue) and [`CompletionCounter`]).
     pub fn ack(&self, num: u32) {
         self.completed.ack(num);
     }

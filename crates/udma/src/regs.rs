@@ -14,12 +14,35 @@
 //!
 //! The flat constants (`q::CFG`, `M2S_CHANGE_STATE`, `Q_CFG_ENABLED`, …) are derived from those declarations
 //! for call sites that want a plain number.
+//!
+//! ```
+//! use udma::regs::{self, QueueCfg, QueueReg, Register};
+//! use udma::{Arch, Direction};
+//!
+//! // A device model decoding a BAR0 write: which engine, which register, what it means.
+//! let (offset, value) = (0x3060_0000 + 0x2_1000 + 3 * 0x1000 + 0x20, 0x0303_0000);
+//! let (eng, in_engine) = Arch::V2.engine_at(offset).unwrap();
+//! let reg = Register::decode(in_engine).unwrap();
+//! assert_eq!((eng, reg), (32, Register::Queue { dir: Direction::Rx, qid: 3, reg: QueueReg::Cfg }));
+//! assert!(QueueCfg::from_bits(value).enabled());
+//! // And the HAL's side: the same register as a plain offset.
+//! assert_eq!(regs::queue_base(0x3060_0000, Direction::Rx, 3) + regs::q::CFG, offset);
+//! ```
 
 use bitfield_struct::bitfield;
 
 use crate::Direction;
 
-/// M2S (TX) register block, from the engine base.
+/// M2S (TX) register block, from the engine base. With the constants below it is the layout of an engine
+/// block:
+///
+/// ```
+/// use udma::regs::*;
+///
+/// assert!(M2S_REGS < S2M_REGS && S2M_REGS < GEN_REGS && GEN_REGS < GEN_EX_REGS && GEN_EX_REGS < ENGINE_REGS_SIZE);
+/// // 16 queue blocks per direction fit before the next block.
+/// assert!(S2M_REGS + QUEUES_OFFSET + 16 * QUEUE_STRIDE <= GEN_REGS);
+/// ```
 pub const M2S_REGS: u64 = 0x0_0000;
 /// S2M (RX) register block, from the engine base.
 pub const S2M_REGS: u64 = 0x2_0000;
@@ -37,7 +60,7 @@ pub const QUEUE_STRIDE: u64 = 0x1000;
 /// The engine-level `m2s` / `s2m` block inside a direction's register block.
 const DIR_ENGINE_BLOCK: u64 = 0x200;
 
-/// Offset of a direction's register block from the engine base.
+/// Offset of a direction's register block from the engine base (example on [`Direction`]).
 pub const fn dir_block(dir: Direction) -> u64 {
     match dir {
         Direction::Tx => M2S_REGS,
@@ -107,6 +130,17 @@ macro_rules! registers {
 registers! {
     /// A register of a per-queue block (`struct udma_rings_regs`, FACTS §2.3). Offsets are from the queue
     /// block ([`queue_base`]).
+    ///
+    /// ```
+    /// use udma::regs::QueueReg;
+    /// use udma::Direction::{Rx, Tx};
+    ///
+    /// assert_eq!((QueueReg::CompCfg.offset(Tx), QueueReg::CompCfg.offset(Rx)), (Some(0xa0), Some(0x54)));
+    /// assert_eq!(QueueReg::RlimitMask.offset(Rx), None, "M2S only");
+    /// assert_eq!(QueueReg::at(Tx, 0x38), Some(QueueReg::DrtpInc));
+    /// assert_eq!((QueueReg::DrtpInc.name(), QueueReg::Cfg.reset_value()), ("DrtpInc", 0x0300_0000));
+    /// assert_eq!(QueueReg::ALL.len(), QueueReg::COUNT);
+    /// ```
     pub enum QueueReg {
         /// M2S descriptor prefetch configuration (layout not in FACTS).
         DescPrefCfg { m2s: Some(0x00), s2m: None, reset: 0 },
@@ -148,6 +182,15 @@ registers! {
     /// FACTS §2.3). Offsets are from the engine base. FACTS give `state`, `change_state` and `cfg_len` for the
     /// M2S side; `udma_state_set` writes both directions, so the S2M state machine sits at the same place in
     /// the S2M block. FACTS give no S2M `cfg_len`.
+    ///
+    /// ```
+    /// use udma::regs::EngineReg;
+    /// use udma::Direction::{Rx, Tx};
+    ///
+    /// assert_eq!(EngineReg::ChangeState.offset(Rx), Some(0x2_0204));
+    /// assert_eq!(EngineReg::at(Tx, 0x200), Some(EngineReg::State));
+    /// assert_eq!(EngineReg::CfgLen.offset(Rx), None);
+    /// ```
     pub enum EngineReg {
         /// The state machine's current state, a [`UdmaState`] (read-only).
         State { m2s: Some(M2S_REGS + DIR_ENGINE_BLOCK), s2m: Some(S2M_REGS + DIR_ENGINE_BLOCK), reset: 0 },
@@ -163,6 +206,18 @@ registers! {
 }
 
 /// A register of one engine, located: what [`Register::decode`] makes of an offset inside an engine block.
+///
+/// ```
+/// use udma::regs::{EngineReg, QueueReg, Register};
+/// use udma::Direction;
+///
+/// let doorbell = Register::Queue { dir: Direction::Tx, qid: 15, reg: QueueReg::DrtpInc };
+/// assert_eq!(doorbell.offset(), Some(0x1_0038));
+/// assert_eq!(Register::decode(0x1_0038), Some(doorbell));
+/// assert_eq!(Register::decode(0x204), Some(Register::Engine { dir: Direction::Tx, reg: EngineReg::ChangeState }));
+/// assert_eq!(Register::decode(0x1_0039), None, "unaligned");
+/// assert_eq!(Register::decode(0x3_8000), None, "the gen block is not decoded");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Register {
     /// An engine-level register of direction `dir`.
@@ -215,6 +270,15 @@ impl Register {
 }
 
 /// `cfg` (FACTS §2.3): bits other than 16, 17 and 25:24 are not documented (FACTS §8) and are kept as read.
+///
+/// ```
+/// use udma::regs::{QueueCfg, Q_CFG_ENABLED, Q_CFG_RESET_VALUE};
+///
+/// assert!(QueueCfg::from_bits(Q_CFG_ENABLED).enabled() && !QueueCfg::from_bits(Q_CFG_RESET_VALUE).enabled());
+/// // Pausing a queue clears the two enable bits and keeps every other bit as read.
+/// let paused = QueueCfg::from_bits(0xFFFF_FFFF).with_en_pref(false).with_en_scheduling(false);
+/// assert_eq!(paused.into_bits(), 0xFFFC_FFFF);
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct QueueCfg {
@@ -234,13 +298,21 @@ pub struct QueueCfg {
 }
 
 impl QueueCfg {
-    /// Both enable bits set: the queue fetches and executes.
+    /// Both enable bits set: the queue fetches and executes (example on [`QueueCfg`]).
     pub const fn enabled(&self) -> bool {
         self.en_pref() && self.en_scheduling()
     }
 }
 
 /// `drhp` / `drtp` / `dcp`: a ring offset and the ring id (phase) that goes with it.
+///
+/// ```
+/// use udma::regs::{ptr_value, RingPtr};
+///
+/// let p = RingPtr::from_bits(0xC012_3456);
+/// assert_eq!((p.offset(), p.ring_id()), (0x12_3456, 3));
+/// assert_eq!(ptr_value(0x12_3456, 3), 0xC012_3456);
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct RingPtr {
@@ -255,6 +327,13 @@ pub struct RingPtr {
 }
 
 /// `drl`: the ring length, the descriptor count written as-is.
+///
+/// ```
+/// use udma::regs::RingLength;
+///
+/// assert_eq!(RingLength::new().with_descs(8192).into_bits(), 8192);
+/// assert_eq!(RingLength::from_bits(0xAB00_2000).descs(), 0x2000, "bits 31:24 are not the length");
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct RingLength {
@@ -266,6 +345,13 @@ pub struct RingLength {
 }
 
 /// `drtp_inc`: the doorbell.
+///
+/// ```
+/// use udma::regs::DoorbellCount;
+///
+/// assert_eq!(DoorbellCount::new().with_count(2032).into_bits(), 2032);
+/// assert_eq!(DoorbellCount::from_bits(0xFF00_0007).count(), 7);
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct DoorbellCount {
@@ -277,6 +363,13 @@ pub struct DoorbellCount {
 }
 
 /// `q_sw_ctrl`.
+///
+/// ```
+/// use udma::regs::{QueueSwCtrl, Q_SW_CTRL_RST_Q};
+///
+/// assert_eq!(QueueSwCtrl::new().with_rst_q(true).into_bits(), Q_SW_CTRL_RST_Q);
+/// assert!(QueueSwCtrl::from_bits(0x100).rst_q() && !QueueSwCtrl::from_bits(0xFF).rst_q());
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct QueueSwCtrl {
@@ -291,6 +384,13 @@ pub struct QueueSwCtrl {
 /// M2S `rlimit.mask`: a set bit masks (disables) an internal pause source. Out of reset all three are
 /// masked (0b111); queue init clears `INTERNAL_PAUSE_DMB` so a descriptor's DMB pauses the queue until
 /// earlier writes complete ("enable DMB"). Bits 1:0 are not documented.
+///
+/// ```
+/// use udma::regs::{RateLimitMask, RLIMIT_MASK_RESET_VALUE};
+///
+/// let at_init = RateLimitMask::from_bits(RLIMIT_MASK_RESET_VALUE).with_internal_pause_dmb(false);
+/// assert_eq!(at_init.into_bits(), 0b011);
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct RateLimitMask {
@@ -303,6 +403,14 @@ pub struct RateLimitMask {
 }
 
 /// `change_state` (`udma_state_set`): one request bit per target state.
+///
+/// ```
+/// use udma::regs::{ChangeState, CHANGE_STATE_ABORT, CHANGE_STATE_DIS, CHANGE_STATE_NORMAL};
+///
+/// assert_eq!(ChangeState::new().with_normal(true).into_bits(), CHANGE_STATE_NORMAL);
+/// assert_eq!((CHANGE_STATE_NORMAL, CHANGE_STATE_DIS, CHANGE_STATE_ABORT), (1, 2, 4));
+/// assert!(ChangeState::from_bits(4).abort());
+/// ```
 #[bitfield(u32)]
 #[derive(PartialEq, Eq)]
 pub struct ChangeState {
@@ -317,6 +425,14 @@ pub struct ChangeState {
 }
 
 /// The values of the `state` register (`enum udma_state`).
+///
+/// ```
+/// use udma::UdmaState;
+///
+/// assert_eq!(UdmaState::from_bits(2), Some(UdmaState::Normal));
+/// assert_eq!(UdmaState::Normal as u32, 2);
+/// assert_eq!(UdmaState::from_bits(5), None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum UdmaState {
@@ -333,7 +449,7 @@ pub enum UdmaState {
 }
 
 impl UdmaState {
-    /// The state a `state` register value names, if any.
+    /// The state a `state` register value names, if any (example on [`UdmaState`]).
     pub const fn from_bits(v: u32) -> Option<UdmaState> {
         Some(match v {
             0 => UdmaState::Disable,
@@ -347,6 +463,16 @@ impl UdmaState {
 }
 
 /// Per-queue register offsets, relative to the queue block, as plain numbers (from [`QueueReg`]).
+///
+/// ```
+/// use udma::regs::{q, queue_base, QueueReg};
+/// use udma::Direction;
+///
+/// assert_eq!(q::DRTP_INC, QueueReg::DrtpInc.offset(Direction::Tx).unwrap());
+/// // The doorbell of RX queue 2 of the engine at 0x3000_0000:
+/// assert_eq!(queue_base(0x3000_0000, Direction::Rx, 2) + q::DRTP_INC, 0x3002_3038);
+/// assert!(q::BLOCKED.contains(&q::DRTP_INC), "userspace may not ring doorbells through BAR0");
+/// ```
 pub mod q {
     use super::QueueReg;
     use crate::Direction::{Rx, Tx};
@@ -393,7 +519,19 @@ pub mod q {
     pub const BLOCKED: [u64; 5] = [DRBP_LOW, DRBP_HIGH, CRBP_LOW, CRBP_HIGH, DRTP_INC];
 }
 
-/// M2S `state`, from the engine base.
+/// M2S `state`, from the engine base. This and the constants below are plain numbers derived from the
+/// declarations ([`EngineReg`] and the field views):
+///
+/// ```
+/// use udma::regs::*;
+/// use udma::Direction;
+///
+/// assert_eq!((M2S_STATE, M2S_CHANGE_STATE, S2M_CHANGE_STATE, M2S_CFG_LEN), (0x200, 0x204, 0x2_0204, 0x254));
+/// assert_eq!(S2M_STATE, EngineReg::State.offset(Direction::Rx).unwrap());
+/// assert_eq!((Q_CFG_EN_PREF | Q_CFG_EN_SCHEDULING | Q_CFG_RESET_VALUE, Q_CFG_ENABLED), (0x0303_0000, 0x0303_0000));
+/// assert_eq!((PTR_OFFSET_MASK, PTR_RING_ID_SHIFT, DRBP_LOW_MASK), (0x00FF_FFFF, 30, 0xFFFF_FFC0));
+/// assert_eq!((RLIMIT_MASK_RESET_VALUE, RLIMIT_INTERNAL_PAUSE_DMB), (0b111, 0b100));
+/// ```
 pub const M2S_STATE: u64 = EngineReg::State.offset(Direction::Tx).unwrap();
 /// M2S `change_state`, from the engine base.
 pub const M2S_CHANGE_STATE: u64 = EngineReg::ChangeState.offset(Direction::Tx).unwrap();
@@ -434,21 +572,30 @@ pub const RLIMIT_MASK_RESET_VALUE: u32 = 0b111;
 pub const RLIMIT_INTERNAL_PAUSE_DMB: u32 = RateLimitMask::new().with_internal_pause_dmb(true).into_bits();
 
 /// BAR0 offset of queue `qid`'s register block in direction `dir` of the engine at `engine_base`.
+///
+/// ```
+/// use udma::regs::{comp_cfg, q_sw_ctrl, queue_base};
+/// use udma::Direction::{Rx, Tx};
+///
+/// assert_eq!((queue_base(0, Tx, 0), queue_base(0, Rx, 0), queue_base(0, Tx, 15)), (0x1000, 0x2_1000, 0x1_0000));
+/// // The two registers whose offset differs between the directions:
+/// assert_eq!((q_sw_ctrl(Tx), q_sw_ctrl(Rx), comp_cfg(Tx), comp_cfg(Rx)), (0xb0, 0x64, 0xa0, 0x54));
+/// ```
 pub const fn queue_base(engine_base: u64, dir: Direction, qid: u32) -> u64 {
     engine_base + dir_block(dir) + QUEUES_OFFSET + qid as u64 * QUEUE_STRIDE
 }
 
-/// Offset of `q_sw_ctrl` inside a queue block of direction `dir`.
+/// Offset of `q_sw_ctrl` inside a queue block of direction `dir` (example on [`queue_base`]).
 pub const fn q_sw_ctrl(dir: Direction) -> u64 {
     QueueReg::QSwCtrl.offset(dir).unwrap()
 }
 
-/// Offset of `comp_cfg` inside a queue block of direction `dir`.
+/// Offset of `comp_cfg` inside a queue block of direction `dir` (example on [`queue_base`]).
 pub const fn comp_cfg(dir: Direction) -> u64 {
     QueueReg::CompCfg.offset(dir).unwrap()
 }
 
-/// A `drhp`/`drtp` value: `offset` and `ring_id`.
+/// A `drhp`/`drtp` value: `offset` and `ring_id`, each masked to its field (example on [`RingPtr`]).
 pub const fn ptr_value(offset: u32, ring_id: u8) -> u32 {
     RingPtr::new().with_offset(offset & PTR_OFFSET_MASK).with_ring_id(ring_id & crate::DMA_RING_ID_MASK).into_bits()
 }

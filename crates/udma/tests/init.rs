@@ -175,9 +175,9 @@ fn init_writes_the_exact_register_sequence() {
     ]
     .to_vec();
     assert_eq!(mmio.writes(), want);
-    let mut gen = expected_sequence(Direction::Tx, TXQ, TX_RING_PA, 8192, 0x0300_0000);
-    gen.extend(expected_sequence(Direction::Rx, RXQ, RX_RING_PA, 8192, 0x0300_0000));
-    assert_eq!(gen, want, "the helper agrees with the literal table");
+    let mut sequence = expected_sequence(Direction::Tx, TXQ, TX_RING_PA, 8192, 0x0300_0000);
+    sequence.extend(expected_sequence(Direction::Rx, RXQ, RX_RING_PA, 8192, 0x0300_0000));
+    assert_eq!(sequence, want, "the helper agrees with the literal table");
 
     for side in [q.tx(), q.rx()] {
         assert_eq!(side.status(), QueueStatus::Enabled);

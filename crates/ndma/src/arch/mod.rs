@@ -1,6 +1,18 @@
 //! The DHAL: everything that differs between device generations, behind one trait as the driver's
 //! `ndhal` vtable (FACTS §4). The op layer asks the DHAL and never branches on the arch itself — except at
 //! the one place the driver does (the zero-copy barrier).
+//!
+//! ```
+//! use ndma::arch::{dhal, Dhal, WaitBudget};
+//! use udma::{Arch, Barrier};
+//!
+//! let v2: &dyn Dhal = dhal(Arch::V2);
+//! assert_eq!((v2.h2t_eng_id(1), v2.h2t_def_qid(1)), (33, 0));
+//! assert_eq!(v2.m2m_barrier(true), Barrier::WriteBarrier);
+//! assert!(v2.retry_memcpy() && !dhal(Arch::V3).retry_memcpy(), "only V2 retries in reset windows");
+//! // The marker-poll budget of a full batch (2031 data descriptors + the marker), FACTS §4's worked example.
+//! assert_eq!(v2.wait_budget(2032, false), WaitBudget { first_wait_us: 8121, following_us: 80_427_900 });
+//! ```
 
 mod v2;
 mod v3;
@@ -10,7 +22,8 @@ use udma::{Arch, Barrier};
 pub use v2::V2;
 pub use v3::V3;
 
-/// The marker-poll budget for one batch, in µs (`ndma_get_wait_for_completion_time`).
+/// The marker-poll budget for one batch, in µs (`ndma_get_wait_for_completion_time`); see
+/// [`Dhal::wait_budget`] and [`poll_plan`](crate::poll_plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitBudget {
     /// Delay before the first poll.
@@ -20,9 +33,42 @@ pub struct WaitBudget {
 }
 
 /// The engine id [`Dhal::h2t_eng_id`] answers for an NC the device lacks: no arch has it.
+///
+/// ```
+/// use ndma::arch::{dhal, NO_SUCH_ENGINE};
+/// use udma::Arch;
+///
+/// let v3 = dhal(Arch::V3);
+/// assert_eq!(v3.h2t_eng_id(8), NO_SUCH_ENGINE, "V3 has NCs 0..8");
+/// assert_eq!(v3.engine_base(NO_SUCH_ENGINE), None);
+/// assert_eq!(v3.h2t_def_qid(8), udma::DMA_MAX_Q, "a queue id every lookup refuses");
+/// ```
 pub const NO_SUCH_ENGINE: u32 = u32::MAX;
 
-/// Per-generation behaviour of the DMA op layer.
+/// Per-generation behaviour of the DMA op layer. The op layer asks the DHAL of its device
+/// ([`NeuronDevice::dhal`](crate::NeuronDevice::dhal)); [`dhal`] gives the one of an arch.
+///
+/// ```
+/// use ndma::arch::{dhal, WaitBudget};
+/// use udma::Arch;
+///
+/// for arch in Arch::ALL {
+///     let d = dhal(arch);
+///     assert_eq!((d.arch(), d.pci_host_base(), d.num_engines()), (arch, arch.pci_host_base(), arch.num_engines()));
+///     // Every NC's H2T queue is on an engine the device has.
+///     for nc in 0..d.ncs_per_device() {
+///         assert!(d.engine_base(d.h2t_eng_id(nc)).is_some());
+///     }
+/// }
+/// // V3 async zero-copy: the completion thread's bit of queue 1 of IO engine 129.
+/// assert_eq!((dhal(Arch::V3).ctx_queue_bit(129, 1), dhal(Arch::V2).ctx_queue_bit(33, 0)), (Some(17), None));
+/// // An async batch waits 1 µs first; the silicon budget is small for a small batch.
+/// assert_eq!(dhal(Arch::V3).wait_budget(3, true), WaitBudget { first_wait_us: 1, following_us: 159_900 });
+/// // `validate_pa`: only host addresses must belong to a chunk.
+/// let v2 = dhal(Arch::V2);
+/// assert!(v2.validate_pa(0x1000, &|_| false), "HBM is not checked");
+/// assert!(!v2.validate_pa(v2.pci_host_base() | 0x1000, &|_| false));
+/// ```
 pub trait Dhal: Send + Sync + 'static {
     /// The generation.
     fn arch(&self) -> Arch;
@@ -77,7 +123,7 @@ pub trait Dhal: Send + Sync + 'static {
     /// `ndma_retry_memcpy`: does this generation need the reset-window retry (V2 only)?
     fn retry_memcpy(&self) -> bool;
 
-    /// `ndmar_ctx_queue_bit` ([N]): the bit of queue (`eng`, `qid`) in the completion thread's non-empty-queue
+    /// `ndmar_ctx_queue_bit` (\[N\]): the bit of queue (`eng`, `qid`) in the completion thread's non-empty-queue
     /// bitmap, or `None` where the arch has no async zero-copy (V2: the driver's bit is always 0 there).
     fn ctx_queue_bit(&self, eng: u32, qid: u32) -> Option<u32>;
 
@@ -88,7 +134,7 @@ pub trait Dhal: Send + Sync + 'static {
     }
 }
 
-/// The DHAL of `arch`.
+/// The DHAL of `arch` (examples on the [module](self) and [`Dhal`]).
 pub fn dhal(arch: Arch) -> &'static dyn Dhal {
     match arch {
         Arch::V2 => &V2,
@@ -97,6 +143,19 @@ pub fn dhal(arch: Arch) -> &'static dyn Dhal {
 }
 
 /// An EC2 instance type and the Neuron devices it carries.
+///
+/// ```
+/// use ndma::Instance;
+/// use udma::Arch;
+///
+/// let i = Instance::by_name("trn2.48xlarge").unwrap();
+/// assert_eq!((i.arch, i.devices), (Arch::V3, 16));
+/// assert_eq!(Instance::by_name("p4d.24xlarge"), None);
+/// assert!(Instance::ALL.iter().all(|i| Instance::by_name(i.name) == Some(*i)));
+/// // A preset of your own, e.g. one device of a generation (what the crate's examples use).
+/// let one = Instance { name: "trn2-1", arch: Arch::V3, devices: 1 };
+/// assert_eq!(one.arch.ncs_per_device(), 8);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instance {
     /// Instance type name.
@@ -128,7 +187,7 @@ impl Instance {
         Instance::TRN2_48XLARGE,
     ];
 
-    /// The preset called `name`.
+    /// The preset called `name` (example on [`Instance`]).
     pub fn by_name(name: &str) -> Option<Instance> {
         Instance::ALL.into_iter().find(|i| i.name == name)
     }

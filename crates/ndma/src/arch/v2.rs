@@ -4,7 +4,15 @@ use udma::Arch;
 
 use super::{Dhal, WaitBudget};
 
-/// The V2 DHAL.
+/// The V2 DHAL: ~4 µs per 64 KiB descriptor, the reset-window retry, no async zero-copy.
+///
+/// ```
+/// use ndma::arch::{Dhal, WaitBudget, V2};
+///
+/// assert_eq!(V2.wait_budget(2, false), WaitBudget { first_wait_us: 1, following_us: 39_900 });
+/// assert!(V2.retry_memcpy());
+/// assert_eq!(V2.ctx_queue_bit(33, 0), None);
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct V2;
 

@@ -4,7 +4,18 @@ use udma::Arch;
 
 use super::{Dhal, WaitBudget};
 
-/// The V3 DHAL.
+/// The V3 DHAL: ~2 µs per 64 KiB descriptor (and a ×400 following wait), no reset-window retry, async
+/// zero-copy on the four IO engines.
+///
+/// ```
+/// use ndma::arch::{Dhal, WaitBudget, V3};
+///
+/// assert_eq!(V3.wait_budget(2032, false), WaitBudget { first_wait_us: 4061, following_us: 162_073_900 });
+/// assert!(!V3.retry_memcpy());
+/// // Async zero-copy: one completion-thread bit per queue of the four IO engines.
+/// assert_eq!((V3.ctx_queue_bit(128, 0), V3.ctx_queue_bit(131, 15)), (Some(0), Some(63)));
+/// assert_eq!(V3.ctx_queue_bit(0, 0), None);
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct V3;
 

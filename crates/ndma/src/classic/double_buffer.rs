@@ -20,6 +20,33 @@ impl NeuronDevice {
     /// The staged context holds a reference on both chunks until it is waited for (or aborted): dropping the
     /// caller's references meanwhile cannot free memory the engine still uses.
     ///
+    /// The idiomatic layer over it — [`NeuronDevice::start`], [`InFlight`](crate::InFlight),
+    /// [`AsyncPipeline`](crate::AsyncPipeline) — does the handle bookkeeping for you.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::{CtxHandle, NdmaError};
+    ///
+    /// // Four 256 KiB pieces of one buffer, host → device: stage piece i, then wait for piece i − 1.
+    /// let (src, dst) = (dev.alloc_host(1 << 20, 0)?, dev.alloc_device(1 << 20, 0)?);
+    /// src.fill(0, 1 << 20, 0xc3)?;
+    /// let mut handle = CtxHandle::None; // the start of a chain: nothing to wait for
+    /// for i in 0..4 {
+    ///     handle = dev.memcpy_mc_async(&src, &dst, i << 18, i << 18, 1 << 18, 0, handle)?;
+    ///     assert_eq!(handle, if i % 2 == 0 { CtxHandle::Async1 } else { CtxHandle::Async2 });
+    /// }
+    /// dev.memcpy_mc_wait(&src, &dst, handle)?; // the last one
+    /// let back = dev.alloc_host(1 << 20, 0)?;
+    /// dev.memcpy_mc(&dst, &back, 0, 0, 1 << 20)?;
+    /// let mut out = vec![0u8; 1 << 20];
+    /// back.read(0, &mut out)?;
+    /// assert!(out.iter().all(|&b| b == 0xc3));
+    /// // Waiting twice is refused: the context was released.
+    /// assert_eq!(dev.memcpy_mc_wait(&src, &dst, handle), Err(NdmaError::ContextNotInUse(2)));
+    /// # Ok::<(), NdmaError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`NdmaError::AsyncTooLarge`] for more than one batch (2031 × 64 KiB), [`NdmaError::OutOfRange`],
@@ -56,6 +83,19 @@ impl NeuronDevice {
 
     /// [`NeuronDevice::memcpy_mc_async`] for callers that speak the driver's integers (−1..=2).
     ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::{CtxHandle, NdmaError};
+    ///
+    /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+    /// let h = dev.memcpy_mc_async_raw(&src, &dst, 0, 0, 4096, 0, -1)?; // -1: NONE
+    /// assert_eq!(h, 1);
+    /// dev.memcpy_mc_wait(&src, &dst, CtxHandle::try_from(h)?)?;
+    /// assert_eq!(dev.memcpy_mc_async_raw(&src, &dst, 0, 0, 4096, 0, 7), Err(NdmaError::InvalidHandle(7)));
+    /// # Ok::<(), NdmaError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`NdmaError::InvalidHandle`] for a raw handle outside −1..=2, else as `memcpy_mc_async`.
@@ -82,12 +122,26 @@ impl NeuronDevice {
     /// [`NdmaError::InvalidHandle`] for [`CtxHandle::None`], [`NdmaError::ContextNotInUse`] when the context
     /// holds no transfer, [`NdmaError::Aborted`] when a ring re-initialisation abandoned it, the wait's errors
     /// otherwise (the context is released either way). On an NC whose H2T ring was never brought up it returns
-    /// `Ok` at once, as the driver does for non-H2T engines.
+    /// `Ok` at once, as the driver does for non-H2T engines. Example on [`NeuronDevice::memcpy_mc_async`].
     pub fn memcpy_mc_wait(&self, src: &MemChunk, dst: &MemChunk, handle: CtxHandle) -> Result<()> {
         self.wait_handle(mc_pair_to_nc(src, dst), handle)
     }
 
-    /// Wait for and release `handle`'s context on NC `nc`'s ring.
+    /// Wait for and release `handle`'s context on NC `nc`'s ring: [`NeuronDevice::memcpy_mc_wait`] for a
+    /// caller that knows the NC rather than the chunk pair.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::{mc_pair_to_nc, CtxHandle, NdmaError};
+    ///
+    /// let (src, dst) = (dev.alloc_device(4096, 1)?, dev.alloc_host(4096, 0)?);
+    /// let h = dev.memcpy_mc_async(&src, &dst, 0, 0, 4096, 0, CtxHandle::None)?;
+    /// let nc = mc_pair_to_nc(&src, &dst); // the device side's: 1
+    /// dev.wait_handle(nc, h)?;
+    /// assert_eq!(dev.wait_handle(nc, CtxHandle::None), Err(NdmaError::InvalidHandle(-1)));
+    /// # Ok::<(), NdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -117,6 +171,21 @@ impl NeuronDevice {
     /// is visible (or it was aborted, or it has nothing in flight); it does not ack or release anything —
     /// [`NeuronDevice::wait_handle`] does, at once, afterwards. False while the ring lock is held elsewhere and
     /// the marker has not landed yet.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::CtxHandle;
+    ///
+    /// let (src, dst) = (dev.alloc_host(1 << 20, 0)?, dev.alloc_device(1 << 20, 0)?);
+    /// let h = dev.memcpy_mc_async(&src, &dst, 0, 0, 1 << 20, 0, CtxHandle::None)?;
+    /// while !dev.is_complete(0, h)? {
+    ///     std::thread::yield_now(); // or do other work: nothing blocks
+    /// }
+    /// dev.wait_handle(0, h)?; // still required: it acks the ring and releases the context
+    /// assert_eq!(dev.ring_slot_accounting(0)?, (0, 0));
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///

@@ -12,8 +12,25 @@ use crate::ring::HostRing;
 use crate::{NdmaError, Result};
 
 /// The word the marker copy writes (`DMA_COMPLETION_MARKER`).
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::{DMA_COMPLETION_MARKER, DMA_COMPLETION_MARKER_SIZE};
+///
+/// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+/// dev.memcpy_mc(&src, &dst, 0, 0, 4096)?;
+/// // The batch ends with the marker: a 4-byte self-copy from a word seeded with the marker to the polled word.
+/// let pairs = dev.ring_descriptors(0)?;
+/// let (tx, rx) = (pairs[1].0.tx(), pairs[1].1.rx());
+/// assert_eq!(tx.len_ctrl.len_bytes(), DMA_COMPLETION_MARKER_SIZE);
+/// assert_eq!(rx.dst, tx.src + 4);
+/// assert!(dev.dhal().arch().is_host_addr(tx.src), "in host memory, where the CPU polls it");
+/// assert_eq!(DMA_COMPLETION_MARKER, 0xabcd_ef01);
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub const DMA_COMPLETION_MARKER: u32 = 0xabcd_ef01;
-/// Bytes of the marker copy (`DMA_COMPLETION_MARKER_SIZE`).
+/// Bytes of the marker copy (`DMA_COMPLETION_MARKER_SIZE`); see [`DMA_COMPLETION_MARKER`].
 pub const DMA_COMPLETION_MARKER_SIZE: u32 = 4;
 
 /// `ndma_memcpy_add_completion_desc`: seed the marker words at `slot` of `completion` and stage the 4-byte

@@ -54,6 +54,25 @@ impl NeuronDevice {
     /// meanwhile, and that the destination may hold any bytes afterwards. When the call returns — with success
     /// or an error — the engine no longer touches either range (a failure re-initialises the ring).
     ///
+    /// # Example
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+    /// src.write(0, &[7; 4096])?;
+    /// // Device-visible addresses: the host chunk's carries the arch's `pci_host_base`.
+    /// let (src_pa, dst_pa) = (dev.mc_to_pa(&src), dev.mc_to_pa(&dst));
+    /// // SAFETY: both ranges lie in chunks this code holds for the whole call, and nothing else touches them.
+    /// unsafe { dev.memcpy(0, src_pa + 1024, dst_pa, 1024)? };
+    /// let back = dev.alloc_host(1024, 0)?;
+    /// dev.memcpy_mc(&dst, &back, 0, 0, 1024)?;
+    /// let mut out = [0u8; 1024];
+    /// back.read(0, &mut out)?;
+    /// assert_eq!(out, [7; 1024]);
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`NdmaError::InvalidNc`], [`NdmaError::OutOfRange`] when an end overflows (nothing staged),
@@ -64,7 +83,28 @@ impl NeuronDevice {
     }
 
     /// `ndma_memcpy_mc`: copy between memory chunks, synchronously. NC: the device side's (host→host: the
-    /// destination's).
+    /// destination's). [`NeuronDevice::copy`] does the same from a [`Transfer`](crate::Transfer).
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::NdmaError;
+    ///
+    /// let (a, b) = (dev.alloc_host(1 << 20, 0)?, dev.alloc_host(1 << 20, 0)?);
+    /// a.fill(0, 1 << 20, 0x5a)?;
+    /// b.fill(0, 1 << 20, 0)?;
+    /// dev.memcpy_mc(&a, &b, 4096, 8192, 500_000)?; // host → host, between windows of both chunks
+    /// let mut out = vec![0u8; 1 << 20];
+    /// b.read(0, &mut out)?;
+    /// assert!(out[..8192].iter().all(|&x| x == 0), "before the window");
+    /// assert!(out[8192..8192 + 500_000].iter().all(|&x| x == 0x5a), "the window");
+    /// assert!(out[8192 + 500_000..].iter().all(|&x| x == 0), "after it");
+    /// // A window past the end of its chunk is refused before anything moves.
+    /// let err = dev.memcpy_mc(&a, &b, 0, 1 << 20, 1).unwrap_err();
+    /// assert_eq!(err, NdmaError::OutOfRange { what: "destination chunk", offset: 1 << 20, size: 1, limit: 1 << 20 });
+    /// assert_eq!(err.errno(), -22);
+    /// # Ok::<(), NdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -80,6 +120,22 @@ impl NeuronDevice {
 
     /// `ndma_memcpy_buf_to_mc`: copy from a host DMA buffer into a chunk, on the chunk's NC (NC 0 for a host
     /// chunk), synchronously.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// let buf = dev.platform().alloc_coherent(4096)?; // any `DmaMemory` the device can reach
+    /// buf.write_bytes(0, b"to the device and back")?;
+    /// let hbm = dev.alloc_device(4096, 1)?;
+    /// dev.memcpy_buf_to_mc(&*buf, 0, &hbm, 100, 22)?; // on NC 1's ring: the chunk's NC
+    /// let back = dev.platform().alloc_coherent(4096)?;
+    /// dev.memcpy_buf_from_mc(&*back, 0, &hbm, 100, 22)?;
+    /// let mut out = [0u8; 22];
+    /// back.read_bytes(0, &mut out)?;
+    /// assert_eq!(&out, b"to the device and back");
+    /// assert_eq!(dev.ring_stats(1)?.transfers, 2);
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -101,7 +157,7 @@ impl NeuronDevice {
     }
 
     /// `ndma_memcpy_buf_from_mc`: copy from a chunk into a host DMA buffer, on the chunk's NC (NC 0 for a
-    /// host chunk), synchronously.
+    /// host chunk), synchronously (example on [`NeuronDevice::memcpy_buf_to_mc`]).
     ///
     /// # Errors
     ///

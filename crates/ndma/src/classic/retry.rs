@@ -9,6 +9,23 @@ use crate::device::NeuronDevice;
 use crate::{NdmaError, Result};
 
 /// Replays after which a reset-window hang is reported as [`NdmaError::RetryExhausted`].
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let bed = doctest::testbed_fake_clock(udma::Arch::V2); // waits advance a fake clock: timeouts are instant
+/// use ndma::{NdmaError, MAX_RESET_WINDOW_REPLAYS};
+///
+/// let (dev, emu) = bed.device(0);
+/// let (src, dst) = (dev.alloc_device(4096, 0)?, dev.alloc_device(4096, 0)?);
+/// // The model resets NC 0 for a long time: on V2 a doorbell rung meanwhile hangs.
+/// assert!(emu.reset_nc(0, 1_000_000));
+/// let err = dev.memcpy_mc(&src, &dst, 0, 0, 4096).unwrap_err();
+/// assert_eq!(err, NdmaError::RetryExhausted { replays: MAX_RESET_WINDOW_REPLAYS });
+/// assert_eq!(err.errno(), -110);
+/// let s = dev.ring_stats(0)?;
+/// assert_eq!((s.retries, s.replays), (8, 8));
+/// # Ok::<(), NdmaError>(())
+/// ```
 pub const MAX_RESET_WINDOW_REPLAYS: u32 = 8;
 
 impl NeuronDevice {

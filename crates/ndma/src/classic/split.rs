@@ -9,11 +9,27 @@ use crate::{Dhal, Result};
 
 /// Data descriptors per batch at most: half the nominal 4096-descriptor ring less the 16-slot guard and
 /// one for the marker (`sync_threshold` = 4096/2 − 16 − 1).
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::{MAX_BATCH_BYTES, SYNC_THRESHOLD};
+///
+/// assert_eq!((SYNC_THRESHOLD, MAX_BATCH_BYTES), (2031, 2031 * 65536));
+/// // One byte more than a batch holds: two batches, each closed by its marker.
+/// let size = MAX_BATCH_BYTES + 1;
+/// let (src, dst) = (dev.alloc_device(size, 0)?, dev.alloc_device(size, 0)?);
+/// dev.memcpy_mc(&src, &dst, 0, 0, size)?;
+/// let s = dev.ring_stats(0)?;
+/// assert_eq!((s.batches, s.descriptors, s.bytes), (2, (2031 + 1) + (1 + 1), size));
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub const SYNC_THRESHOLD: u32 = crate::ring::DMA_H2T_DESC_COUNT / 2 - udma::UDMA_MAX_NUM_CDESC_PER_CACHE_LINE - 1;
 
 const _: () = assert!(SYNC_THRESHOLD == 2031);
 
-/// The most bytes one batch moves: an async request must fit in it.
+/// The most bytes one batch moves: an async request must fit in it (examples on [`SYNC_THRESHOLD`] and
+/// [`NeuronDevice::start`](crate::NeuronDevice::start)).
 pub const MAX_BATCH_BYTES: u64 = SYNC_THRESHOLD as u64 * MAX_DMA_DESC_SIZE as u64;
 
 /// Stage the next batch of context `slot` (from its `offset`, at most `SYNC_THRESHOLD` data descriptors),

@@ -2,6 +2,26 @@
 //! ([`Transfer`]) instead of positional offsets, and [`InFlight`], a handle that owns an async copy until it is
 //! waited for — it cannot be copied, waited twice or forgotten (dropping it waits). Every call lands in the
 //! spec-shaped functions; there is no second copy path.
+//!
+//! ```
+//! # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+//! # let (_bed, dev) = doctest::device();
+//! use ndma::Transfer;
+//!
+//! let (src, dst) = (dev.alloc_host(8 << 10, 0)?, dev.alloc_device(8 << 10, 0)?);
+//! src.write(0, &[1; 4096])?;
+//! src.write(4096, &[2; 4096])?;
+//! // Two async copies chained on NC 0's ring: the second is staged before the first is waited for.
+//! let first = dev.start(&Transfer::new(&src, &dst, 4096))?;
+//! let second = first.then(&Transfer::new(&src, &dst, 4096).src_offset(4096).dst_offset(4096))?;
+//! second.wait()?;
+//! let back = dev.alloc_host(8 << 10, 0)?;
+//! dev.copy(&Transfer::new(&dst, &back, 8 << 10))?; // and a synchronous one
+//! let mut out = vec![0u8; 8 << 10];
+//! back.read(0, &mut out)?;
+//! assert!(out[..4096].iter().all(|&b| b == 1) && out[4096..].iter().all(|&b| b == 2));
+//! # Ok::<(), ndma::NdmaError>(())
+//! ```
 
 use std::sync::Arc;
 
@@ -13,11 +33,21 @@ use crate::Result;
 /// One copy between two memory chunks: `len` bytes from `src` at `src_offset` to `dst` at `dst_offset`.
 ///
 /// ```
-/// # use std::sync::Arc;
-/// # fn demo(src: &Arc<ndma::MemChunk>, dst: &Arc<ndma::MemChunk>) {
-/// let t = ndma::Transfer::new(src, dst, 4096).src_offset(512).dst_offset(8192);
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use std::sync::Arc;
+/// use ndma::{NdmaError, Transfer};
+///
+/// let (src, dst) = (dev.alloc_device(64 << 10, 1)?, dev.alloc_host(64 << 10, 0)?);
+/// let t = Transfer::new(&src, &dst, 4096).src_offset(512).dst_offset(8192);
 /// assert_eq!((t.len(), t.src_offset_bytes(), t.dst_offset_bytes()), (4096, 512, 8192));
-/// # }
+/// assert!(Arc::ptr_eq(t.src(), &src) && Arc::ptr_eq(t.dst(), &dst) && !t.is_empty());
+/// assert_eq!(t.nc(), 1, "device → host runs on the device side's NC");
+/// dev.copy(&t)?;
+/// // A window outside its chunk is refused when the transfer runs, not when it is described.
+/// let too_far = Transfer::new(&src, &dst, 4096).dst_offset(62 << 10);
+/// assert!(matches!(dev.copy(&too_far), Err(NdmaError::OutOfRange { what: "destination chunk", .. })));
+/// # Ok::<(), NdmaError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Transfer {
@@ -50,7 +80,17 @@ impl Transfer {
     }
 
     /// Faults in the user range at `user_addr` (of `len` bytes) once the first batch is staged
-    /// (`prefetch_addr`, best effort).
+    /// (`prefetch_addr`, best effort): for a copy to or from user memory that is about to be touched.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+    /// // A platform without user address spaces ignores the hint; the copy runs as without it.
+    /// dev.copy(&ndma::Transfer::new(&src, &dst, 4096).prefetch(0x7f00_0000_0000))?;
+    /// assert_eq!(dev.ring_stats(0)?.transfers, 1);
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     #[must_use]
     pub fn prefetch(mut self, user_addr: u64) -> Transfer {
         self.prefetch = Some(user_addr);
@@ -98,7 +138,7 @@ impl Transfer {
 }
 
 impl NeuronDevice {
-    /// Runs `t` synchronously ([`NeuronDevice::memcpy_mc`], with its prefetch).
+    /// Runs `t` synchronously ([`NeuronDevice::memcpy_mc`], with its prefetch); see [`Transfer`]'s example.
     ///
     /// # Errors
     ///
@@ -113,6 +153,22 @@ impl NeuronDevice {
     ///
     /// A ring carries one chain at a time (the driver's double buffer has two async contexts): starting a
     /// second chain on a ring whose chain is still in flight is refused with [`crate::NdmaError::ContextInUse`].
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::{NdmaError, Transfer};
+    ///
+    /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
+    /// let copy = dev.start(&Transfer::new(&src, &dst, 4096))?;
+    /// assert_eq!(dev.start(&Transfer::new(&src, &dst, 4096)).err(), Some(NdmaError::ContextInUse(1)));
+    /// copy.wait()?;
+    /// // Too large for one batch (2031 × 64 KiB): use `copy`, or split it.
+    /// let big = dev.alloc_device(ndma::MAX_BATCH_BYTES + 1, 0)?;
+    /// let err = dev.start(&Transfer::new(&big, &big, ndma::MAX_BATCH_BYTES + 1)).err();
+    /// assert_eq!(err, Some(NdmaError::AsyncTooLarge { size: ndma::MAX_BATCH_BYTES + 1, max: ndma::MAX_BATCH_BYTES }));
+    /// # Ok::<(), NdmaError>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -136,6 +192,28 @@ impl NeuronDevice {
 /// Not `Copy` and consumed by [`InFlight::wait`] and [`InFlight::then`], so a copy cannot be waited twice or
 /// chained from twice; dropping it waits (logging a failure), so it cannot be forgotten on the ring. The
 /// context it names holds the copy's memory alive meanwhile.
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::{CtxHandle, Transfer};
+///
+/// let (src, dst) = (dev.alloc_host(1 << 20, 0)?, dev.alloc_device(1 << 20, 0)?);
+/// src.fill(0, 1 << 20, 0x42)?;
+/// let copy = dev.start(&Transfer::new(&src, &dst, 1 << 20))?;
+/// assert_eq!((copy.nc(), copy.handle()), (0, CtxHandle::Async1));
+/// drop(src); // the copy holds its memory: nothing is freed under the engine
+/// while !copy.is_complete() {
+///     std::thread::yield_now();
+/// }
+/// copy.wait()?; // consumes the handle: it cannot be waited twice
+/// let back = dev.alloc_host(1 << 20, 0)?;
+/// dev.copy(&Transfer::new(&dst, &back, 1 << 20))?;
+/// let mut out = vec![0u8; 1 << 20];
+/// back.read(0, &mut out)?;
+/// assert!(out.iter().all(|&b| b == 0x42));
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 #[must_use = "dropping an in-flight copy waits for it; call `wait` to see its result"]
 #[derive(Debug)]
 pub struct InFlight<'d> {
@@ -146,18 +224,18 @@ pub struct InFlight<'d> {
 }
 
 impl<'d> InFlight<'d> {
-    /// The NC whose ring carries the copy.
+    /// The NC whose ring carries the copy (example on [`InFlight`]).
     pub fn nc(&self) -> u32 {
         self.nc
     }
 
-    /// The driver's context handle of the copy.
+    /// The driver's context handle of the copy (example on [`InFlight`]).
     pub fn handle(&self) -> CtxHandle {
         self.handle.unwrap_or(CtxHandle::None)
     }
 
     /// Has the copy completed? A non-blocking snapshot ([`NeuronDevice::is_complete`]); [`InFlight::wait`]
-    /// still has to run (it then returns at once).
+    /// still has to run (it then returns at once). Example on [`InFlight`].
     pub fn is_complete(&self) -> bool {
         match self.handle {
             Some(h) => self.dev.is_complete(self.nc, h).unwrap_or(true),
@@ -165,7 +243,7 @@ impl<'d> InFlight<'d> {
         }
     }
 
-    /// Waits for the copy and releases its context (`ndma_memcpy_mc_wait`).
+    /// Waits for the copy and releases its context (`ndma_memcpy_mc_wait`); see [`InFlight`]'s example.
     ///
     /// # Errors
     ///
@@ -185,6 +263,25 @@ impl<'d> InFlight<'d> {
     /// When `next` is refused before anything is staged (a window outside its chunk, more than one batch, a
     /// busy context), this copy is waited for and the refusal returned — or this copy's own failure, if it
     /// failed. Otherwise as [`NeuronDevice::memcpy_mc_async`]: after an error, both copies are over.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device();
+    /// use ndma::{CtxHandle, NdmaError, Transfer};
+    ///
+    /// let (src, dst) = (dev.alloc_host(3 << 16, 0)?, dev.alloc_device(3 << 16, 0)?);
+    /// let piece = |i: u64| Transfer::new(&src, &dst, 1 << 16).src_offset(i << 16).dst_offset(i << 16);
+    /// let mut copy = dev.start(&piece(0))?;
+    /// for i in 1..3 {
+    ///     copy = copy.then(&piece(i))?; // stage piece i, then wait for piece i − 1
+    /// }
+    /// assert_eq!(copy.handle(), CtxHandle::Async1);
+    /// // A refused next copy: the one in flight is waited for, and the refusal returned.
+    /// let outside = Transfer::new(&src, &dst, 1 << 16).dst_offset(3 << 16);
+    /// assert!(matches!(copy.then(&outside), Err(NdmaError::OutOfRange { .. })));
+    /// assert_eq!(dev.ring_slot_accounting(0)?, (0, 0));
+    /// # Ok::<(), NdmaError>(())
+    /// ```
     pub fn then(mut self, next: &Transfer) -> Result<InFlight<'d>> {
         let Some(prev) = self.handle else {
             return self.dev.start(next);

@@ -20,6 +20,21 @@ pub const D2D_WAIT_DIVISOR: u64 = 200;
 pub const POLL_INTERVAL_US: u64 = 1;
 
 /// The exact delays a wait uses: `(first_wait_us, loop)`; the poll loop makes `loop + 1` polls.
+///
+/// `emulation` scales the following wait ×100000 ([`Platform::is_emulation`](crate::Platform::is_emulation));
+/// a synchronous device-to-device batch (`is_d2d`) waits 10 µs first and 1/200 of the budget after.
+///
+/// ```
+/// use ndma::{dhal, poll_plan};
+/// use udma::Arch;
+///
+/// // A full V2 batch (2031 data descriptors + the marker), synchronous, host ↔ device, on silicon:
+/// assert_eq!(poll_plan(dhal(Arch::V2), false, 2032, false, false), (8121, 80_427_901));
+/// // The same batch device → device.
+/// assert_eq!(poll_plan(dhal(Arch::V2), false, 2032, false, true), (10, 402_140));
+/// // An async batch: the first wait is 1 µs.
+/// assert_eq!(poll_plan(dhal(Arch::V3), false, 3, true, false).0, 1);
+/// ```
 pub fn poll_plan(dhal: &dyn Dhal, emulation: bool, count: u32, is_async: bool, is_d2d: bool) -> (u64, u64) {
     let budget = dhal.wait_budget(count, is_async);
     let mut first = budget.first_wait_us;

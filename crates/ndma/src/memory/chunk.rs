@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::pool::PoolShared;
 use crate::{HostBuf, NdmaError, Result};
 
-/// Where a chunk lives (`enum mem_location`).
+/// Where a chunk lives (`enum mem_location`); see [`MemChunk`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemLocation {
     /// Host DRAM, reached by the device across PCIe (`MEM_LOC_HOST`).
@@ -14,7 +14,30 @@ pub enum MemLocation {
     Device,
 }
 
-/// A chunk of host or device memory (`struct mem_chunk`). Dropping the last reference frees it.
+/// A chunk of host or device memory (`struct mem_chunk`). Dropping the last reference frees it; an in-flight
+/// transfer holds a reference of its own.
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::{MemLocation, NdmaError};
+///
+/// let mc = dev.alloc_host(4096, 1)?;
+/// assert_eq!((mc.location(), mc.size(), mc.nc_id(), mc.is_host()), (MemLocation::Host, 4096, 1, true));
+/// assert_eq!(mc.pa(), dev.mc_to_pa(&mc), "a host chunk's PA carries pci_host_base");
+/// mc.fill(0, 4096, 0xee)?;
+/// mc.write(100, b"hello")?;
+/// let mut out = [0u8; 7];
+/// mc.read(99, &mut out)?;
+/// assert_eq!(&out, b"\xeehello\xee");
+/// assert!(mc.check_range("window", 4000, 96).is_ok());
+/// let err = mc.read(4095, &mut out).unwrap_err();
+/// assert_eq!(err, NdmaError::OutOfRange { what: "host chunk read", offset: 4095, size: 7, limit: 4096 });
+/// let hbm = dev.alloc_device(4096, 0)?;
+/// assert!(hbm.host_buf().is_none());
+/// assert_eq!(hbm.fill(0, 1, 0).unwrap_err(), NdmaError::NotHostMemory { what: "host chunk fill" });
+/// # Ok::<(), NdmaError>(())
+/// ```
 pub struct MemChunk {
     location: MemLocation,
     /// Host: host PA | `pci_host_base` (as the driver stores it); device: the HBM PA.

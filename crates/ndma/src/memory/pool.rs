@@ -44,20 +44,46 @@ impl PoolShared {
     }
 }
 
-/// One device's memory pool (`mpset`).
+/// One device's memory pool (`mpset`). Every device has one ([`NeuronDevice::alloc_host`],
+/// [`NeuronDevice::alloc_device`] allocate from it); a pool of your own is for tools that manage memory apart
+/// from a device.
+///
+/// [`NeuronDevice::alloc_host`]: crate::NeuronDevice::alloc_host
+/// [`NeuronDevice::alloc_device`]: crate::NeuronDevice::alloc_device
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device();
+/// use ndma::memory::MemPool;
+///
+/// // Device chunks come from an HBM range, host chunks from a platform's coherent allocator.
+/// let pool = MemPool::new(0x40_0000_0000, 1 << 20, udma::Arch::V2.pci_host_base());
+/// let a = pool.alloc_device(1000, 0)?;
+/// let b = pool.alloc_device(1000, 0)?;
+/// assert_eq!((a.pa(), b.pa()), (0x40_0000_0000, 0x40_0000_0400), "256-byte aligned");
+/// assert!(pool.alloc_device(1 << 20, 0).is_err(), "no room left for 1 MiB");
+/// let host = pool.alloc_host(&**dev.platform(), 8192, 0)?;
+/// assert!(pool.holds_host_range(host.pa() + 4096, 4096));
+/// assert!(!pool.holds_host_range(host.pa() + 4096, 4097), "the end must lie in the chunk too");
+/// let pa = host.pa();
+/// drop(host);
+/// assert!(!pool.holds_host_range(pa, 1), "freed with its last reference");
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub struct MemPool {
     shared: Arc<PoolShared>,
     pci_host_base: u64,
 }
 
 impl MemPool {
-    /// A pool whose device chunks come from `[hbm_base, hbm_base + hbm_size)`.
+    /// A pool whose device chunks come from `[hbm_base, hbm_base + hbm_size)`; host chunks' PAs get
+    /// `pci_host_base` (example on [`MemPool`]).
     pub fn new(hbm_base: u64, hbm_size: u64, pci_host_base: u64) -> Self {
         let inner = PoolInner { host: BTreeMap::new(), hbm: RangeAllocator::new(hbm_base, hbm_size) };
         MemPool { shared: Arc::new(PoolShared { inner: Mutex::new(inner) }), pci_host_base }
     }
 
-    /// Allocates a host chunk of `size` bytes owned by NC `nc_id`.
+    /// Allocates a host chunk of `size` bytes owned by NC `nc_id` (example on [`MemPool`]).
     ///
     /// # Errors
     ///
@@ -70,7 +96,7 @@ impl MemPool {
         Ok(Arc::new(MemChunk::new(MemLocation::Host, pa, size, nc_id, Some(buf), self.shared.clone())))
     }
 
-    /// Allocates a device (HBM) chunk of `size` bytes owned by NC `nc_id`.
+    /// Allocates a device (HBM) chunk of `size` bytes owned by NC `nc_id` (example on [`MemPool`]).
     ///
     /// # Errors
     ///
@@ -86,7 +112,8 @@ impl MemPool {
     }
 
     /// `mpset_search_mc` for host memory: is `[pa, pa + len)` inside one live host chunk of this pool?
-    /// (The driver checks only the start address; we also require the end to stay inside the chunk.)
+    /// (The driver checks only the start address; we also require the end to stay inside the chunk.) Example on
+    /// [`MemPool`].
     pub fn holds_host_range(&self, pa: u64, len: u64) -> bool {
         let inner = self.shared.lock();
         match inner.host.range(..=pa).next_back() {

@@ -8,7 +8,7 @@ use udma::{Arch, Barrier, MAX_DMA_DESC_SIZE};
 
 use crate::PAGE_SIZE;
 
-/// One data descriptor pair of a piece.
+/// One data descriptor pair of a piece (see [`plan_descriptors`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ZcDesc {
     /// Source device address.
@@ -21,7 +21,8 @@ pub struct ZcDesc {
     pub barrier: Barrier,
 }
 
-/// Everything a piece stages: its data descriptors, then the completion marker with `marker_barrier`.
+/// Everything a piece stages: its data descriptors, then the completion marker with `marker_barrier` (see
+/// [`plan_descriptors`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZcPlan {
     /// Data descriptors, in order.
@@ -38,6 +39,26 @@ pub struct ZcPlan {
 /// The barrier: reads (device → host) need none, because the in-order S2M completion write follows the data.
 /// Writes (host → device) put HBM data and the host completion on different fabric routes, so the last piece
 /// of a request needs one — V2: WRITE_BARRIER on its last data descriptor; V3: SOW on its marker.
+///
+/// ```
+/// use ndma::zerocopy::{plan_descriptors, ZcDesc};
+/// use udma::{Arch, Barrier};
+///
+/// // 20,000 bytes from 100 bytes into the first of five user pages: frames 0x1000..0x4000 are consecutive,
+/// // 0x9000 is not. Host → device, the last piece of its request, on V3.
+/// let frames = [0x1000, 0x2000, 0x3000, 0x4000, 0x9000];
+/// let plan = plan_descriptors(Arch::V3, &frames, 100, 20_000, 0x8000_0000, true, true);
+/// let host = Arch::V3.pci_host_base();
+/// assert_eq!(plan.runs, 2);
+/// assert_eq!(plan.data, [
+///     ZcDesc { src: host | 0x1064, dst: 0x8000_0000, len: 4 * 4096 - 100, barrier: Barrier::None },
+///     ZcDesc { src: host | 0x9000, dst: 0x8000_0000 + 16_284, len: 20_000 - 16_284, barrier: Barrier::None },
+/// ]);
+/// assert_eq!(plan.marker_barrier, Barrier::Sow, "V3 fences the completion with a strong-ordered write");
+/// // On V2 the barrier sits on the last data descriptor instead.
+/// let v2 = plan_descriptors(Arch::V2, &frames, 100, 20_000, 0x8000_0000, true, true);
+/// assert_eq!((v2.data[1].barrier, v2.marker_barrier), (Barrier::WriteBarrier, Barrier::None));
+/// ```
 pub fn plan_descriptors(
     arch: Arch,
     pages: &[u64],

@@ -8,6 +8,16 @@ use crate::memory::MemChunk;
 use crate::{NdmaError, UserMm};
 
 /// `enum ndma_zcdma_state`: where a context is in its life, and so which region of the queue it may sit in.
+///
+/// The states are ordered as a context goes through them:
+///
+/// ```
+/// use ndma::zerocopy::ZcState;
+///
+/// assert_eq!(ZcState::default(), ZcState::Invalid);
+/// assert!(ZcState::Unpinned < ZcState::PinnedUnsubmitted && ZcState::PinnedUnsubmitted < ZcState::Submitted);
+/// assert_eq!(ZcState::Completed as u32, 4, "the driver's value");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum ZcState {
     /// An empty slot, or a tombstone left by a drained sequence; skipped when cursors advance.

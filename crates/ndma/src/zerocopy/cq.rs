@@ -22,6 +22,42 @@
 //! # Staleness
 //!
 //! [`CqConsumer::len`] is a snapshot, not synchronisation: entries may be posted or taken right after it.
+//!
+//! # Example
+//!
+//! Async zero-copy requests complete here, one entry each, in submission order:
+//!
+//! ```
+//! # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+//! # let bed = doctest::testbed(udma::Arch::V3);
+//! # let user = doctest::user(&bed, 64); // 64 pages mapped at `user.va`, this thread runs as the process
+//! use ndma::zerocopy::{CqConsumer, CqEntry};
+//! use ndma::BatchOp;
+//!
+//! let dev = &bed.system.devices()[0];
+//! let hbm = dev.alloc_device(1 << 20, 0)?;
+//! let cq = CqConsumer::new(&dev.completion_queue(0)?)?;
+//! for seq in 1..=3 {
+//!     let op = BatchOp { offset: seq * 65536, size: 65536, buffer: user.va + (seq - 1) * 65536 };
+//!     // A non-zero sequence number: queued, the call returns at once.
+//!     dev.zerocopy_submit(0, &[op], &hbm, 0, -1, true, seq, seq * 10)?;
+//! }
+//! let mut done = Vec::new();
+//! let mut tries = 0u64; // bounded: a lost completion fails the example instead of hanging it
+//! while done.len() < 3 {
+//!     if let Some(entry) = cq.pop() {
+//!         done.push(entry);
+//!     } else {
+//!         tries += 1;
+//!         assert!(tries < 50_000_000, "completions lost: got {done:?}");
+//!         std::thread::yield_now(); // the completion thread posts them
+//!     }
+//! }
+//! let entry = |seq| CqEntry { sequence_num: seq, compl_ret: 0, context: seq * 10 };
+//! assert_eq!(done, [entry(1), entry(2), entry(3)]);
+//! assert!(cq.is_empty());
+//! # Ok::<(), ndma::NdmaError>(())
+//! ```
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -30,13 +66,23 @@ use std::sync::Arc;
 use crate::memory::MemChunk;
 use crate::{NdmaError, Result};
 
-/// Entries in a completion queue (`NDMA_H2D_COMPL_QUEUE_CAPACITY`).
+/// Entries in a completion queue (`NDMA_H2D_COMPL_QUEUE_CAPACITY`); see [`CqConsumer::header`].
 pub const NDMA_H2D_COMPL_QUEUE_CAPACITY: u32 = 1024;
-/// Bytes a user maps: header + entries.
+/// Bytes a user maps: header + entries (16 + 1024 × 24 = 24,592).
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let (_bed, dev) = doctest::device_of(udma::Arch::V3);
+/// use ndma::zerocopy::{CqEntry, CqHeader, NDMA_H2D_COMPL_QUEUE_CAPACITY, NDMA_H2D_COMPL_QUEUE_SIZE};
+///
+/// assert_eq!((size_of::<CqHeader>(), size_of::<CqEntry>(), NDMA_H2D_COMPL_QUEUE_CAPACITY), (16, 24, 1024));
+/// assert_eq!(dev.completion_queue(0)?.size(), NDMA_H2D_COMPL_QUEUE_SIZE as u64);
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 pub const NDMA_H2D_COMPL_QUEUE_SIZE: usize =
     size_of::<CqHeader>() + NDMA_H2D_COMPL_QUEUE_CAPACITY as usize * size_of::<CqEntry>();
 
-/// The header (`neuron_h2d_dma_compl_queue_t` without its entries).
+/// The header (`neuron_h2d_dma_compl_queue_t` without its entries); [`CqConsumer::header`] reads it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CqHeader {
@@ -50,7 +96,8 @@ pub struct CqHeader {
     pub consumer_lock: u32,
 }
 
-/// One completion (`neuron_h2d_dma_compl_entry`).
+/// One completion (`neuron_h2d_dma_compl_entry`): what [`CqConsumer::pop`] returns (see the
+/// [module example](self)).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CqEntry {
@@ -74,7 +121,8 @@ const TAIL: usize = 8;
 const LOCK: usize = 12;
 const ENTRIES: usize = size_of::<CqHeader>();
 
-/// A 32-bit atomic word (implemented for `std`'s atomics; the loom tests implement it for loom's).
+/// A 32-bit atomic word (implemented for `std`'s atomics; the loom tests implement it for loom's). See
+/// [`CqMemory`]'s example.
 pub trait Atomic32 {
     /// `load`.
     fn load(&self, order: Ordering) -> u32;
@@ -88,7 +136,7 @@ pub trait Atomic32 {
     fn compare_exchange_weak(&self, current: u32, new: u32, success: Ordering, failure: Ordering) -> Result<u32, u32>;
 }
 
-/// A 64-bit atomic word.
+/// A 64-bit atomic word (implemented for `std`'s atomics). See [`CqMemory`]'s example.
 pub trait Atomic64 {
     /// `load`.
     fn load(&self, order: Ordering) -> u64;
@@ -119,6 +167,45 @@ impl Atomic64 for AtomicU64 {
 
 /// The words of a completion queue, as atomics: implemented over shared memory here, and over loom's atomics
 /// by the loom tests, so both run the same producer and consumer code.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, AtomicU64};
+/// use ndma::zerocopy::cq::{consume, CqEntry, CqMemory, CqProducer};
+///
+/// /// A four-entry queue in plain atomics (what the loom models do with loom's).
+/// #[derive(Default)]
+/// struct Words {
+///     header: [AtomicU32; 4],
+///     entries: [[AtomicU64; 3]; 4],
+/// }
+///
+/// impl CqMemory for Words {
+///     type W32 = AtomicU32;
+///     type W64 = AtomicU64;
+///     fn word(&self, off: usize) -> &AtomicU32 {
+///         &self.header[off / 4]
+///     }
+///     fn entry_word(&self, slot: u32, field: usize) -> &AtomicU64 {
+///         &self.entries[(slot % 4) as usize][field]
+///     }
+///     fn capacity(&self) -> u32 {
+///         4
+///     }
+/// }
+///
+/// let mut producer = CqProducer::new(Words::default());
+/// let e = |seq| CqEntry { sequence_num: seq, compl_ret: 0, context: 0 };
+/// for seq in 1..=6 {
+///     producer.put(e(seq)); // never blocks: what does not fit waits in the backlog
+/// }
+/// assert_eq!(producer.backlog_len(), 2);
+/// assert_eq!(consume(producer.memory()), Some(e(1)));
+/// assert!(!producer.flush(), "one slot was freed: entry 5 is posted, 6 still waits");
+/// assert_eq!(consume(producer.memory()), Some(e(2)));
+/// assert!(producer.flush(), "6 is posted: the backlog is empty");
+/// let rest: Vec<_> = std::iter::from_fn(|| consume(producer.memory())).collect();
+/// assert_eq!(rest, [e(3), e(4), e(5), e(6)]);
+/// ```
 pub trait CqMemory {
     /// A header word.
     type W32: Atomic32;
@@ -173,7 +260,38 @@ impl CqMemory for RawCq {
     }
 }
 
-/// Resets the queue: capacity, indices and lock zeroed, every entry empty.
+/// Resets the queue: capacity, indices and lock zeroed, every entry empty. [`CqProducer::new`] does it.
+///
+/// ```
+/// # use std::sync::atomic::{AtomicU32, AtomicU64};
+/// # use ndma::zerocopy::cq::{consume, CqMemory};
+/// #
+/// # /// A four-entry queue in plain atomics (what the loom models do with loom's).
+/// # #[derive(Default)]
+/// # struct Words {
+/// #     header: [AtomicU32; 4],
+/// #     entries: [[AtomicU64; 3]; 4],
+/// # }
+/// #
+/// # impl CqMemory for Words {
+/// #     type W32 = AtomicU32;
+/// #     type W64 = AtomicU64;
+/// #     fn word(&self, off: usize) -> &AtomicU32 {
+/// #         &self.header[off / 4]
+/// #     }
+/// #     fn entry_word(&self, slot: u32, field: usize) -> &AtomicU64 {
+/// #         &self.entries[(slot % 4) as usize][field]
+/// #     }
+/// #     fn capacity(&self) -> u32 {
+/// #         4
+/// #     }
+/// # }
+/// #
+/// let words = Words::default();
+/// ndma::zerocopy::cq::init(&words);
+/// assert_eq!(words.word(0).load(std::sync::atomic::Ordering::Relaxed), 4, "the capacity word");
+/// assert_eq!(consume(&words), None);
+/// ```
 pub fn init<M: CqMemory>(m: &M) {
     m.word(CAPACITY).store(m.capacity(), Ordering::Relaxed);
     for off in [HEAD, TAIL, LOCK] {
@@ -202,6 +320,7 @@ fn read_entry<M: CqMemory>(m: &M, slot: u32) -> CqEntry {
 }
 
 /// The producer's side of one queue: its cached tail and the backlog of entries the consumers had no room for.
+/// The driver runs one per ring; see [`CqMemory`]'s example.
 pub struct CqProducer<M: CqMemory> {
     mem: M,
     tail: u32,
@@ -209,20 +328,21 @@ pub struct CqProducer<M: CqMemory> {
 }
 
 impl<M: CqMemory> CqProducer<M> {
-    /// A producer over `mem`, which it initialises.
+    /// A producer over `mem`, which it initialises (example on [`CqMemory`]).
     pub fn new(mem: M) -> Self {
         init(&mem);
         CqProducer { mem, tail: 0, backlog: VecDeque::new() }
     }
 
     /// Posts `e` after every entry still in the backlog; it waits in the backlog if the queue is full.
-    /// Never blocks. Returns true when nothing is left in the backlog.
+    /// Never blocks. Returns true when nothing is left in the backlog. Example on [`CqMemory`].
     pub fn put(&mut self, e: CqEntry) -> bool {
         self.backlog.push_back(e);
         self.flush()
     }
 
-    /// Posts what the backlog holds, as far as the consumers left room. Returns true when it is empty.
+    /// Posts what the backlog holds, as far as the consumers left room. Returns true when it is empty (example
+    /// on [`CqMemory`]).
     pub fn flush(&mut self) -> bool {
         if self.backlog.is_empty() {
             return true;
@@ -245,18 +365,18 @@ impl<M: CqMemory> CqProducer<M> {
         self.backlog.is_empty()
     }
 
-    /// Entries waiting for room.
+    /// Entries waiting for room (example on [`CqMemory`]).
     pub fn backlog_len(&self) -> usize {
         self.backlog.len()
     }
 
-    /// The memory.
+    /// The memory (example on [`CqMemory`]).
     pub fn memory(&self) -> &M {
         &self.mem
     }
 }
 
-/// Takes the next entry, if any, as the runtime does (module doc, "Protocol").
+/// Takes the next entry, if any, as the runtime does (module doc, "Protocol"); example on [`CqMemory`].
 pub fn consume<M: CqMemory>(m: &M) -> Option<CqEntry> {
     let lock = m.word(LOCK);
     // Acquire: the previous holder's clear and head store (released by its unlock) are visible.
@@ -312,13 +432,14 @@ impl CompletionQueue {
     }
 }
 
-/// A consumer of a completion queue: user space's side.
+/// A consumer of a completion queue: user space's side (see the [module example](self)).
 pub struct CqConsumer {
     mem: RawCq,
 }
 
 impl CqConsumer {
-    /// A consumer of the queue in `chunk` (as [`crate::NeuronDevice::completion_queue`] returns it).
+    /// A consumer of the queue in `chunk` (as [`crate::NeuronDevice::completion_queue`] returns it); see the
+    /// [module example](self).
     ///
     /// # Errors
     ///
@@ -335,27 +456,74 @@ impl CqConsumer {
     ///
     /// `base` must be 8-byte aligned, valid for reads and writes of [`NDMA_H2D_COMPL_QUEUE_SIZE`] bytes for the
     /// life of the consumer, and hold a completion queue whose every other user accesses it atomically.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device_of(udma::Arch::V3);
+    /// use ndma::zerocopy::CqConsumer;
+    ///
+    /// let chunk = dev.completion_queue(0)?;
+    /// let base = chunk.host_buf().unwrap().as_ptr(); // another process would map the memory instead
+    /// // SAFETY: `chunk` keeps the queue's memory mapped, 256-byte aligned, for as long as `cq` is used.
+    /// let cq = unsafe { CqConsumer::from_raw(base) };
+    /// assert_eq!(cq.header().capacity, 1024);
+    /// dev.zerocopy_submit_completed(0, -1, 7, 0, 70)?;
+    /// # let mut tries = 0u64;
+    /// let entry = loop {
+    ///     if let Some(e) = cq.pop() {
+    ///         break e;
+    ///     }
+    /// #   tries += 1;
+    /// #   assert!(tries < 50_000_000, "completion lost");
+    ///     std::thread::yield_now();
+    /// };
+    /// assert_eq!((entry.sequence_num, entry.context), (7, 70));
+    /// drop(cq);
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     pub unsafe fn from_raw(base: *mut u8) -> CqConsumer {
         CqConsumer { mem: RawCq { base, _owner: None } }
     }
 
-    /// Takes the next completion, if one is posted.
+    /// Takes the next completion, if one is posted (see the [module example](self)).
     pub fn pop(&self) -> Option<CqEntry> {
         consume(&self.mem)
     }
 
     /// Completions posted and not yet taken (a snapshot).
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let (_bed, dev) = doctest::device_of(udma::Arch::V3);
+    /// use ndma::zerocopy::CqConsumer;
+    ///
+    /// let cq = CqConsumer::new(&dev.completion_queue(1)?)?;
+    /// dev.zerocopy_submit_completed(1, -1, 1, 0, 0)?;
+    /// dev.zerocopy_submit_completed(1, -1, 2, -5, 0)?; // a request that failed with -EIO
+    /// # let mut tries = 0u64;
+    /// while cq.len() < 2 {
+    /// #   tries += 1;
+    /// #   assert!(tries < 50_000_000, "completion lost");
+    ///     std::thread::yield_now(); // the completion thread posts them
+    /// }
+    /// let h = cq.header();
+    /// assert_eq!((h.capacity, h.tail.wrapping_sub(h.head), h.consumer_lock), (1024, 2, 0));
+    /// assert_eq!(cq.pop().map(|e| e.compl_ret), Some(0));
+    /// assert_eq!(cq.pop().map(|e| e.compl_ret), Some(-5));
+    /// assert!(cq.is_empty());
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     pub fn len(&self) -> u32 {
         let tail = self.mem.word(TAIL).load(Ordering::Acquire);
         tail.wrapping_sub(self.mem.word(HEAD).load(Ordering::Acquire))
     }
 
-    /// True when nothing is posted (a snapshot).
+    /// True when nothing is posted (a snapshot; example on [`CqConsumer::len`]).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The header words now (a snapshot).
+    /// The header words now (a snapshot; example on [`CqConsumer::len`]).
     pub fn header(&self) -> CqHeader {
         let w = |off| self.mem.word(off).load(Ordering::Acquire);
         CqHeader { capacity: w(CAPACITY), head: w(HEAD), tail: w(TAIL), consumer_lock: w(LOCK) }

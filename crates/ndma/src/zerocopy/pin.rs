@@ -1,8 +1,26 @@
 //! Pinned pages and who releases them (FACTS §5.6 `ndma_zerocopy_pin_pages`).
 //!
-//! A pin is a counted reference on a frame, released exactly once. [`Pinned`] is the only way to unpin:
-//! dropping it unpins the pages it pinned (dirty when the device wrote them, chosen when it was made) or drops
-//! its reference on a pre-pinned range, whose pages stay pinned.
+//! A pin is a counted reference on a frame, released exactly once. The crate-internal `Pinned` is the only
+//! way to unpin: dropping it unpins the pages it pinned (dirty when the device wrote them, chosen when it was
+//! made) or drops its reference on a pre-pinned range, whose pages stay pinned. Nothing here is called
+//! directly; what it guarantees shows in the platform's pin accounting:
+//!
+//! ```
+//! # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+//! # let bed = doctest::testbed(udma::Arch::V3);
+//! # let user = doctest::user(&bed, 32); // 32 pages mapped at `user.va`, this thread runs as the process
+//! use ndma::BatchOp;
+//!
+//! let dev = &bed.system.devices()[0];
+//! let hbm = dev.alloc_device(32 * 4096, 0)?;
+//! // Device → host over 20 pages: the device writes them, so they are unpinned dirty.
+//! let op = BatchOp { offset: 0, size: 20 * 4096, buffer: user.va };
+//! dev.zerocopy_submit(0, &[op], &hbm, 0, -1, false, 0, 0)?;
+//! let pins = user.mm.pin_stats(); // the model's count of what the op layer pinned
+//! assert_eq!((pins.pinned_pages, pins.unpinned_pages, pins.dirty_unpins), (20, 20, 20));
+//! assert_eq!(dev.zerocopy_status(0)?.pinned_pages, 0);
+//! # Ok::<(), ndma::NdmaError>(())
+//! ```
 
 use std::sync::Arc;
 

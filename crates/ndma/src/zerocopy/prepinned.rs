@@ -1,6 +1,26 @@
-//! Pre-pinned host memory ([N], FACTS §6 `ndma_pin_host_memory`): a process pins a range once; zero-copy
+//! Pre-pinned host memory (\[N\], FACTS §6 `ndma_pin_host_memory`): a process pins a range once; zero-copy
 //! pieces inside it take a reference instead of pinning, and are not unpinned when they complete, so repeated
 //! transfers over the same buffer cost no pinning at all.
+//!
+//! ```
+//! # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+//! # let bed = doctest::testbed(udma::Arch::V3);
+//! # let user = doctest::user(&bed, 16); // 16 pages mapped at `user.va`, this thread runs as the process
+//! use ndma::BatchOp;
+//!
+//! let (system, dev) = (&bed.system, &bed.system.devices()[0]);
+//! system.pin_host_memory(user.va, 16 * 4096)?;
+//! let pinned_once = user.mm.pin_stats().pinned_pages;
+//! let hbm = dev.alloc_device(16 * 4096, 0)?;
+//! for _ in 0..10 {
+//!     let op = BatchOp { offset: 0, size: 16 * 4096, buffer: user.va };
+//!     dev.zerocopy_submit(0, &[op], &hbm, 0, -1, true, 0, 0)?;
+//! }
+//! assert_eq!(user.mm.pin_stats().pinned_pages, pinned_once, "ten transfers, no pinning");
+//! system.unpin_host_memory(user.va)?;
+//! assert_eq!(user.mm.pin_stats().unpinned_pages, pinned_once);
+//! # Ok::<(), ndma::NdmaError>(())
+//! ```
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,7 +29,11 @@ use super::pin::{pin_local, Pinned};
 use crate::{NdmaError, Result, UserMm, PAGE_SIZE};
 
 /// A user range pinned once for its process. The pages stay pinned until the range is unregistered **and**
-/// no queued piece refers to it any more.
+/// no queued piece refers to it any more. The op layer keeps these for [`System::pin_host_memory`]; no public
+/// call hands one out, so the accessors below serve the crate's own bookkeeping (see the
+/// [module example](self) for the behaviour).
+///
+/// [`System::pin_host_memory`]: crate::System::pin_host_memory
 pub struct PinnedRange {
     pid: u32,
     va: u64,
@@ -140,6 +164,23 @@ impl crate::System {
     /// inside it then take a reference instead of pinning. Returns the range's device address (host PA |
     /// `pci_host_base`) when its pages are physically contiguous, `None` otherwise (the driver's `~0`).
     ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let bed = doctest::testbed(udma::Arch::V3);
+    /// # let user = doctest::user(&bed, 16); // 16 scattered pages at `user.va`, this thread runs as the process
+    /// use ndma::NdmaError;
+    ///
+    /// let system = &bed.system;
+    /// assert_eq!(system.pin_host_memory(user.va + 100, 3 * 4096)?, None, "the pages are not contiguous");
+    /// assert_eq!(system.pinned_ranges(), 1);
+    /// let overlap = system.pin_host_memory(user.va + 4096, 4096).unwrap_err();
+    /// assert_eq!(overlap, NdmaError::PinnedRangeExists { va: user.va + 4096, existing: user.va + 100 });
+    /// assert_eq!(system.pin_host_memory(0, 4096), Err(NdmaError::InvalidPinRange { va: 0, size: 4096 }));
+    /// system.unpin_host_memory(user.va + 100)?;
+    /// assert_eq!(system.unpin_host_memory(user.va + 100), Err(NdmaError::NoPinnedRange { va: user.va + 100 }));
+    /// # Ok::<(), NdmaError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`NdmaError::InvalidPinRange`] (`-EINVAL`) for an address or size of 0, [`NdmaError::NoAddressSpace`],
@@ -151,7 +192,8 @@ impl crate::System {
     }
 
     /// `ndma_unpin_host_memory`: unregisters the calling process's range starting at `va`; its pages are
-    /// unpinned once no queued piece uses them.
+    /// unpinned once no queued piece uses them (examples on [`Self::pin_host_memory`] and the
+    /// [module](self)).
     ///
     /// # Errors
     ///
@@ -162,11 +204,25 @@ impl crate::System {
     }
 
     /// `ndma_pinned_mem_cleanup_process`: unregisters every range of process `pid` (at its exit).
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let bed = doctest::testbed(udma::Arch::V3);
+    /// # let user = doctest::user(&bed, 16); // pid 4242, 16 pages mapped at `user.va`, the current process
+    /// bed.system.pin_host_memory(user.va, 4096)?;
+    /// bed.system.pin_host_memory(user.va + 8 * 4096, 4096)?;
+    /// assert_eq!(bed.system.pinned_ranges(), 2);
+    /// bed.system.pinned_mem_cleanup_process(4242);
+    /// assert_eq!(bed.system.pinned_ranges(), 0);
+    /// assert_eq!(user.mm.pin_stats().unpinned_pages, 2);
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     pub fn pinned_mem_cleanup_process(&self, pid: u32) {
         self.registry().pinned.cleanup_process(pid);
     }
 
-    /// Pre-pinned ranges registered now, over all processes.
+    /// Pre-pinned ranges registered now, over all processes (example on
+    /// [`Self::pinned_mem_cleanup_process`]).
     pub fn pinned_ranges(&self) -> usize {
         self.registry().pinned.len()
     }

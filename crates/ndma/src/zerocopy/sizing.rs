@@ -9,6 +9,14 @@ const PIECE_BYTES: u64 = NDMA_ZC_PAGES_PER_XFER * PAGE_SIZE;
 /// `ndma_calc_zc_pin_size`: the pin size for a request of `s` bytes counted from the start of its first page
 /// (its size plus the page offset of its first byte). More than two pieces: one piece at a time; at most one
 /// piece: all of it; in between: half of it, rounded up to a page, so the two halves overlap pinning with DMA.
+///
+/// ```
+/// use ndma::zerocopy::calc_pin_size;
+///
+/// assert_eq!(calc_pin_size(10_000), 10_000, "at most one piece (256 KiB): all of it");
+/// assert_eq!(calc_pin_size((256 << 10) + 8193), 132 << 10, "between one and two: half, up to a page");
+/// assert_eq!(calc_pin_size(16 << 20), 256 << 10, "more than two: a piece at a time");
+/// ```
 pub const fn calc_pin_size(s: u64) -> u64 {
     if s > 2 * PIECE_BYTES {
         PIECE_BYTES
@@ -21,6 +29,13 @@ pub const fn calc_pin_size(s: u64) -> u64 {
 
 /// `_ndma_zc_descs_available`: can a piece needing at most `thr` data descriptors (plus its marker) be
 /// staged on a ring with `available` free slots?
+///
+/// ```
+/// use ndma::zerocopy::descs_available;
+///
+/// assert!(descs_available(65, 64), "64 data descriptors and the marker");
+/// assert!(!descs_available(64, 64));
+/// ```
 pub const fn descs_available(available: u32, thr: u32) -> bool {
     available >= thr.saturating_add(1)
 }

@@ -10,6 +10,25 @@ use crate::Result;
 
 /// A snapshot of one ring's zero-copy state. A snapshot is not synchronisation: the completion thread may move
 /// things right after.
+///
+/// ```
+/// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+/// # let bed = doctest::testbed(udma::Arch::V3);
+/// # let user = doctest::user(&bed, 64); // 64 pages mapped at `user.va`, this thread runs as the process
+/// use ndma::BatchOp;
+///
+/// let dev = &bed.system.devices()[0];
+/// assert_eq!(dev.zerocopy_status(0)?, Default::default(), "no zero-copy use yet");
+/// let hbm = dev.alloc_device(64 * 4096, 0)?;
+/// let op = BatchOp { offset: 0, size: 64 * 4096, buffer: user.va };
+/// dev.zerocopy_submit(0, &[op], &hbm, 0, -1, true, 0, 0)?;
+/// let s = dev.zerocopy_status(0)?;
+/// assert!(s.is_idle());
+/// assert_eq!((s.contexts, s.pinned_pages, s.backlog), (0, 0, 0));
+/// assert_eq!(s.peak_pinned_pages, 64, "one piece of 64 pages at its peak");
+/// assert!(!s.thread_running, "a sync request needs no completion thread");
+/// # Ok::<(), ndma::NdmaError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ZcStatus {
     /// Live contexts in the queue (tombstones excluded).
@@ -27,14 +46,15 @@ pub struct ZcStatus {
 }
 
 impl ZcStatus {
-    /// Nothing queued, pinned or waiting to be posted.
+    /// Nothing queued, pinned or waiting to be posted (example on [`ZcStatus`]).
     pub fn is_idle(&self) -> bool {
         self.contexts == 0 && self.pinned_pages == 0 && self.backlog == 0
     }
 }
 
 impl NeuronDevice {
-    /// The zero-copy state of NC `nc`'s ring (all zero before its first zero-copy use).
+    /// The zero-copy state of NC `nc`'s ring (all zero before its first zero-copy use); example on
+    /// [`ZcStatus`].
     ///
     /// # Errors
     ///
@@ -60,6 +80,22 @@ impl NeuronDevice {
     /// Sets the zero-copy pin budget of every ring (`NDMA_CTX_QUEUE_MAX_PINNED_PAGES`, 524288 pages by default):
     /// async pieces beyond it are queued unpinned and pinned later by the completion thread; a sync submit
     /// waits. A tuning and test knob: the driver's value is a constant.
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let bed = doctest::testbed(udma::Arch::V3);
+    /// # let user = doctest::user(&bed, 256); // 256 pages mapped at `user.va`, this thread runs as the process
+    /// use ndma::BatchOp;
+    ///
+    /// let dev = &bed.system.devices()[0];
+    /// dev.set_zerocopy_pin_budget(128); // two pieces of 64 pages at a time
+    /// assert_eq!(dev.zerocopy_pin_budget(), 128);
+    /// let hbm = dev.alloc_device(256 * 4096, 0)?;
+    /// let op = BatchOp { offset: 0, size: 256 * 4096, buffer: user.va };
+    /// dev.zerocopy_submit(0, &[op], &hbm, 0, -1, true, 0, 0)?; // a sync request waits for pins to come back
+    /// assert_eq!(dev.zerocopy_status(0)?.peak_pinned_pages, 128);
+    /// # Ok::<(), ndma::NdmaError>(())
+    /// ```
     pub fn set_zerocopy_pin_budget(&self, pages: u64) {
         self.zc_pin_budget.store(pages, std::sync::atomic::Ordering::Relaxed);
         for ring in self.rings.iter().flatten() {
@@ -77,13 +113,14 @@ impl NeuronDevice {
         }
     }
 
-    /// The zero-copy pin budget, in pages.
+    /// The zero-copy pin budget, in pages (example on [`NeuronDevice::set_zerocopy_pin_budget`]).
     pub fn zerocopy_pin_budget(&self) -> u64 {
         self.zc_pin_budget.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The host chunk holding NC `nc`'s completion queue (24,592 bytes, FACTS §5.7), for a consumer to map
-    /// ([`super::CqConsumer::new`]); created with the ring's zero-copy state.
+    /// ([`super::CqConsumer::new`]); created with the ring's zero-copy state. Example on the [`cq`](super::cq)
+    /// module.
     ///
     /// # Errors
     ///

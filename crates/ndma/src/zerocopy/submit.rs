@@ -18,7 +18,17 @@ use crate::ring::H2tRing;
 use crate::{NdmaError, Result, UserMm, PAGE_SIZE};
 
 /// One op of a zero-copy request (`nrt_tensor_batch_op_t`, FACTS §5.8): `size` bytes between the user buffer
-/// at `buffer` and the device memory at `offset` from the request's base.
+/// at `buffer` and the device memory at `offset` from the request's base. Its layout is the ioctl's, so a
+/// request can come from user space as bytes:
+///
+/// ```
+/// use ndma::BatchOp;
+/// use zerocopy::{FromBytes, IntoBytes};
+///
+/// let raw: [u64; 3] = [0x1000, 4096, 0x7f00_0000_0000];
+/// let op = BatchOp::read_from_bytes(raw.as_bytes()).unwrap();
+/// assert_eq!(op, BatchOp { offset: 0x1000, size: 4096, buffer: 0x7f00_0000_0000 });
+/// ```
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct BatchOp {
@@ -32,7 +42,8 @@ pub struct BatchOp {
 
 const _: () = assert!(size_of::<BatchOp>() == 24);
 
-/// The queue argument that means "the NC's default H2T queue" (`NEURON_DMA_H2T_DEFAULT_QID`).
+/// The queue argument that means "the NC's default H2T queue" (`NEURON_DMA_H2T_DEFAULT_QID`); see
+/// [`NeuronDevice::zerocopy_submit`].
 pub const NEURON_DMA_H2T_DEFAULT_QID: i32 = -1;
 
 /// A request, as the submit path walks it.
@@ -66,6 +77,36 @@ impl NeuronDevice {
     /// (`-EBUSY`, async), pin errors ([`NdmaError::Pin`]), and for a sync request the waits' errors. On any
     /// error the request's queued pieces are drained (waited for if submitted, unpinned); other requests'
     /// pieces are untouched (the driver drains the whole queue).
+    ///
+    /// ```
+    /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
+    /// # let bed = doctest::testbed(udma::Arch::V3);
+    /// # let user = doctest::user(&bed, 16); // 16 pages mapped at `user.va`, this thread runs as the process
+    /// use ndma::zerocopy::NEURON_DMA_H2T_DEFAULT_QID;
+    /// use ndma::{BatchOp, NdmaError};
+    ///
+    /// let dev = &bed.system.devices()[0];
+    /// user.write(0, &[0x11; 8192]);
+    /// let hbm = dev.alloc_device(1 << 20, 3)?;
+    /// // Two ops in one synchronous request, into a window 64 KiB into the chunk, on NC 3's ring.
+    /// let ops = [
+    ///     BatchOp { offset: 0, size: 4096, buffer: user.va },
+    ///     BatchOp { offset: 12_288, size: 4096, buffer: user.va + 4096 },
+    /// ];
+    /// dev.zerocopy_submit(3, &ops, &hbm, 65536, NEURON_DMA_H2T_DEFAULT_QID, true, 0, 0)?;
+    /// let back = dev.alloc_host(16_384, 3)?;
+    /// dev.memcpy_mc(&hbm, &back, 65536, 0, 16_384)?;
+    /// let mut out = vec![0u8; 16_384];
+    /// back.read(0, &mut out)?;
+    /// assert!(out[..4096].iter().chain(&out[12_288..]).all(|&b| b == 0x11));
+    /// // NC 3's queue is queue 1 of engine 129: naming another is refused, as is a window past the chunk.
+    /// assert_eq!(dev.h2t_queue(3)?, (129, 1));
+    /// let err = dev.zerocopy_submit(3, &ops, &hbm, 0, 0, true, 0, 0).unwrap_err();
+    /// assert_eq!(err, NdmaError::NotOwner { nc: 3, qid: 0 });
+    /// let err = dev.zerocopy_submit(3, &ops, &hbm, 1 << 20, -1, true, 0, 0).unwrap_err();
+    /// assert!(matches!(err, NdmaError::OutOfRange { what: "zero-copy device window", .. }));
+    /// # Ok::<(), NdmaError>(())
+    /// ```
     #[allow(clippy::too_many_arguments)]
     pub fn zerocopy_submit(
         &self,
@@ -122,8 +163,9 @@ impl NeuronDevice {
         result
     }
 
-    /// `ndma_zerocopy_submit_completed` ([N]): queues an async request that is already over (`compl_ret`), so
-    /// its completion is posted in order behind the requests queued before it.
+    /// `ndma_zerocopy_submit_completed` (\[N\]): queues an async request that is already over (`compl_ret`), so
+    /// its completion is posted in order behind the requests queued before it (examples on
+    /// [`CqConsumer::len`](super::CqConsumer::len) and [`CqConsumer::from_raw`](super::CqConsumer::from_raw)).
     ///
     /// # Errors
     ///

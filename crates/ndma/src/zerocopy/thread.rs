@@ -1,4 +1,4 @@
-//! The completion thread ([N] "neuron dma cmpltn", FACTS §5.7): one per device, created on the first async
+//! The completion thread (\[N\] "neuron dma cmpltn", FACTS §5.7): one per device, created on the first async
 //! submit, woken through the non-empty-queue bitmap, running the completion steps of every ring whose bit is
 //! set until its queue is empty. It stops when the device goes away, after draining what is queued.
 //!
