@@ -10,6 +10,10 @@ use crate::error::{CliError, CliResult};
 use crate::util::bed::{BedOpts, Dir};
 use crate::util::output::JsonArg;
 use crate::util::size::size_arg;
+use crate::util::user::{layout_arg, Layout, UserDir};
+
+/// The instance emulated when `--instance` is not given.
+pub const DEFAULT_INSTANCE: &str = "trn1.2xlarge";
 
 /// The end of `ndma --help` and of the man page: exit codes and environment.
 pub const AFTER_HELP: &str = "\
@@ -32,9 +36,10 @@ Results go to stdout, the log and progress bars to stderr. --json FILE writes on
 #[derive(Debug, Parser)]
 #[command(name = "ndma", version, about, long_about = None, after_long_help = AFTER_HELP)]
 pub struct Cli {
-    /// Instance preset to emulate (trn1.2xlarge, trn1.32xlarge, inf2.xlarge, inf2.48xlarge, trn2.48xlarge).
-    #[arg(long, global = true, default_value = "trn1.2xlarge", value_name = "NAME")]
-    pub instance: String,
+    /// Instance preset to emulate (trn1.2xlarge, trn1.32xlarge, inf2.xlarge, inf2.48xlarge, trn2.48xlarge;
+    /// default trn1.2xlarge; `inspect --zerocopy` without it shows trn1.2xlarge and trn2.48xlarge side by side).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub instance: Option<String>,
     /// Use silicon marker-poll budgets instead of the driver's emulation-platform scaling (×100000). The
     /// emulated engines run on host threads the OS may deschedule for milliseconds, longer than the silicon
     /// budget of a small device-to-device batch (~210 µs), so the CLI declares itself an emulation platform
@@ -70,9 +75,14 @@ pub enum Command {
     /// End-to-end throughput and latency figures beside single-thread memcpy, as a table and optionally JSON.
     #[command(after_long_help = cmd::bench::JSON_SCHEMA)]
     Bench(BenchArgs),
-    /// Scripted failure scenarios: a copy inside a NeuronCore reset window, a hung queue.
+    /// Scripted failure scenarios: a copy inside a NeuronCore reset window, a hung queue, and zero-copy ones
+    /// (a hole, a pin failure in the completion thread, a hang, process exit, a full completion queue).
     #[command(after_long_help = cmd::faults::JSON_SCHEMA)]
     Faults(FaultsArgs),
+    /// A verified zero-copy transfer of a user buffer: pieces, runs, descriptors, doorbells, pins, completions
+    /// and the leak check.
+    #[command(after_long_help = cmd::zerocopy::JSON_SCHEMA)]
+    Zerocopy(ZerocopyArgs),
     /// Run a copy on threaded engines and write a Chrome/Perfetto timeline of the op layer and the engines.
     Trace(TraceArgs),
     /// Print a shell completion script for ndma to stdout (e.g. `ndma completions bash > ndma.bash`).
@@ -152,12 +162,42 @@ pub enum FaultScenario {
     ResetWindow,
     /// A hung queue outside any reset window: -ETIMEDOUT without a retry, and the device stays usable.
     Hang,
+    /// Zero-copy: a synchronous request over a user buffer with a hole in the middle fails with the partial
+    /// pin's -ENOMEM, releases every pin, and the next request succeeds.
+    ZcHole,
+    /// Zero-copy (V3): an async request whose deferred piece (over a pin budget of 64 pages) fails its remote
+    /// pin in the completion thread completes with that errno; the next request completes fine.
+    ZcPinFail,
+    /// Zero-copy (V3): a queue hang during an async sequence: an error completion for the hung request, its
+    /// other pieces drained, the requests behind it and the next ones complete.
+    ZcHang,
+    /// Zero-copy (V3): the process exits with async requests in flight (deferred, holding its address space):
+    /// each completes with -ESRCH, nothing stays pinned, and another process's request succeeds.
+    ZcExit,
+    /// Zero-copy (V3): more completions than the completion queue holds, with no consumer for a while: the
+    /// rest wait in the backlog, then every completion is delivered, in order.
+    ZcCqFull,
+}
+
+impl FaultScenario {
+    /// The scenario's name on the command line and in the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultScenario::ResetWindow => "reset-window",
+            FaultScenario::Hang => "hang",
+            FaultScenario::ZcHole => "zc-hole",
+            FaultScenario::ZcPinFail => "zc-pin-fail",
+            FaultScenario::ZcHang => "zc-hang",
+            FaultScenario::ZcExit => "zc-exit",
+            FaultScenario::ZcCqFull => "zc-cq-full",
+        }
+    }
 }
 
 /// `ndma inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// Bytes to copy (e.g. 200000, 64K, 1M).
+    /// Bytes to copy (e.g. 200000, 64K, 1M); with --zerocopy at most one piece: 256 KiB minus the page offset.
     #[arg(long, value_parser = size_arg)]
     pub size: u64,
     /// NeuronCore whose chunks (and so whose H2T ring) the copy uses.
@@ -169,6 +209,56 @@ pub struct InspectArgs {
     /// Also print each descriptor's raw words (len_ctrl, word 1, address).
     #[arg(long)]
     pub raw: bool,
+    /// Inspect one zero-copy piece of a user buffer instead (--dir h2d or d2h): its coalesced runs, its data
+    /// descriptors and their barriers, and its marker, for V2 and V3 side by side (or the --instance given).
+    #[arg(long)]
+    pub zerocopy: bool,
+    /// With --zerocopy: how the user buffer's frames are laid out: contiguous, scattered or runs:K.
+    #[arg(long, value_parser = layout_arg, default_value = "runs:4", value_name = "LAYOUT", requires = "zerocopy")]
+    pub layout: Layout,
+    /// With --zerocopy: where the piece starts, in bytes past the start of a page (its page offset).
+    #[arg(long, value_parser = size_arg, default_value = "0", value_name = "BYTES", requires = "zerocopy")]
+    pub offset: u64,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+/// `ndma zerocopy`.
+#[derive(Debug, Args)]
+pub struct ZerocopyArgs {
+    /// Direction: h2d (user buffer → device) or d2h (device → user buffer).
+    #[arg(long, value_enum)]
+    pub dir: UserDir,
+    /// Bytes to move (e.g. 4K, 1M, 256M), over all requests.
+    #[arg(long, value_parser = size_arg)]
+    pub size: u64,
+    /// How the user buffer's frames are laid out: contiguous, scattered (every page on its own frame) or runs:K
+    /// (runs of K contiguous frames).
+    #[arg(long, value_parser = layout_arg, default_value = "contiguous", value_name = "LAYOUT")]
+    pub layout: Layout,
+    /// Where the transfer starts in the user buffer, in bytes past the start of a page (its page offset is
+    /// BYTES mod 4096).
+    #[arg(long, value_parser = size_arg, default_value = "0", value_name = "BYTES")]
+    pub offset: u64,
+    /// Batch ops per request (the buffer is cut into REQUESTS × OPS consecutive parts).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub ops: u64,
+    /// Requests (sync: one zerocopy_submit after another; --async: sequence numbers 1..=N, one completion each).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub requests: u64,
+    /// Submit asynchronously (sequence numbers ≠ 0) and take the completions from the ring's completion queue.
+    /// V2 has no async zero-copy: refused with the op layer's -EINVAL.
+    #[arg(long = "async")]
+    pub is_async: bool,
+    /// Pre-pin the user window once (pin_host_memory) before the transfer, and unpin it after.
+    #[arg(long)]
+    pub prepinned: bool,
+    /// NeuronCore whose H2T ring (and so whose queue and completion queue) the transfer uses.
+    #[arg(long, default_value_t = 0)]
+    pub nc: u32,
+    /// Seed of the frame placement (scattered, runs:K) and of the data pattern.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -259,14 +349,16 @@ pub fn instance_by_name(name: &str) -> CliResult<Instance> {
 ///
 /// The command's failure.
 pub fn run(cli: Cli) -> CliResult {
-    let opts = BedOpts { instance: instance_by_name(&cli.instance)?, emulation_budgets: !cli.silicon_budgets };
+    let instance = instance_by_name(cli.instance.as_deref().unwrap_or(DEFAULT_INSTANCE))?;
+    let opts = BedOpts { instance, emulation_budgets: !cli.silicon_budgets };
     match cli.command.unwrap_or(Command::Demo(DemoArgs::default())) {
         Command::Demo(a) => cmd::demo::run(opts, &a),
-        Command::Inspect(a) => cmd::inspect::run(opts, &a),
+        Command::Inspect(a) => cmd::inspect::run(opts, &a, cli.instance.is_some()),
         Command::Copy(a) => cmd::copy::run(opts, &a, !cli.quiet),
         Command::Memset(a) => cmd::memset::run(opts, &a),
         Command::Bench(a) => cmd::bench::run(opts, &a),
         Command::Faults(a) => cmd::faults::run(opts, &a),
+        Command::Zerocopy(a) => cmd::zerocopy::run(opts, &a),
         Command::Trace(a) => cmd::trace::run(opts, &a),
         Command::Completions(a) => cmd::completions::run(&a),
         Command::Man(a) => cmd::man::run(&a),

@@ -122,6 +122,7 @@ pub fn errno_name(errno: i32) -> &'static str {
     match errno.abs() {
         1 => "EPERM",
         2 => "ENOENT",
+        3 => "ESRCH",
         5 => "EIO",
         12 => "ENOMEM",
         14 => "EFAULT",

@@ -215,13 +215,15 @@ fn demo_json_parses_and_is_documented() {
         want.extend([(op, 4096), (op, 65536), (op, 1 << 20)]);
     }
     want.push(("memset", 1 << 20));
+    // The zero-copy rows (checked in zerocopy.rs).
+    want.extend([("h2d_zc", 1 << 20), ("d2h_zc", 1 << 20)]);
     assert_eq!(names, want);
     for c in cases {
         assert_eq!(c["verified"], true, "{c}");
         assert!(c["ratio"].as_f64().is_some_and(|r| r > 0.0), "{c}");
         // 4 KiB is one data pair + the marker per op; 1 MiB is 16 + 1 (one batch).
         match (c["operation"].as_str(), c["size"].as_u64()) {
-            (Some("memset"), _) => {}
+            (Some("memset" | "h2d_zc" | "d2h_zc"), _) => {}
             (_, Some(4096)) => assert_eq!(c["descriptors_per_op"].as_f64(), Some(2.0), "{c}"),
             (_, Some(s)) if s == 1 << 20 => assert_eq!(c["descriptors_per_op"].as_f64(), Some(17.0), "{c}"),
             _ => {}

@@ -77,6 +77,10 @@ pub(crate) struct QueueRegs {
     pub(crate) tail_phase: u8,
     /// Descriptors handed over and not yet executed.
     pub(crate) pending: u32,
+    /// Of `pending`, the descriptors the batch in progress has already fetched. `pending` drops only when the
+    /// batch retires, but the batch's marker writes come earlier, and a driver that sees one may reuse every
+    /// slot up to it: fetched slots no longer hold anything the engine needs, so a doorbell may refill them.
+    pub(crate) fetched: u32,
 }
 
 impl Default for QueueRegs {
@@ -93,6 +97,7 @@ impl Default for QueueRegs {
             tail: 0,
             tail_phase: UDMA_INITIAL_RING_ID,
             pending: 0,
+            fetched: 0,
         }
     }
 }
@@ -136,6 +141,7 @@ impl QueueRegs {
         self.head_phase = UDMA_INITIAL_RING_ID;
         self.tail_phase = UDMA_INITIAL_RING_ID;
         self.pending = 0;
+        self.fetched = 0;
         self.status = 0;
     }
 

@@ -215,8 +215,10 @@ impl Engine {
             let mut r = lock(&self.regs);
             let q = &mut r.queues[qid][dir_index(dir)];
             let ring_len = q.ring_len();
-            if count == 0 || count > ring_len || q.pending + count > ring_len {
-                Some((FaultKind::BadDoorbell { dir, count, ring_len, pending: q.pending }, r.heads(qid)))
+            // Slots of the batch in progress that it already fetched may be refilled (see `fetched`).
+            let pending = q.pending - q.fetched;
+            if count == 0 || count > ring_len || pending + count > ring_len {
+                Some((FaultKind::BadDoorbell { dir, count, ring_len, pending }, r.heads(qid)))
             } else {
                 let end = q.tail + count;
                 q.tail = end % ring_len;
@@ -440,6 +442,13 @@ impl Engine {
         let start = dev.trace.enabled().then(Instant::now);
         let mut ops = std::mem::take(&mut exec.scratch);
         let end = self.fetch_batch(dev, &claim, &mut ops);
+        {
+            // Before any write of the batch (a marker among them) can let the driver reuse these slots.
+            let mut r = lock(&self.regs);
+            for q in &mut r.queues[claim.qid] {
+                q.fetched = end.done;
+            }
+        }
         let bytes = self.execute(dev, exec, &ops);
         ops.clear();
         exec.scratch = ops;
@@ -486,6 +495,7 @@ impl Engine {
             q.head_phase = c.phase;
             // Only doorbells ran concurrently (a reset needs the exec lock we hold): pending only grew.
             q.pending -= end.done;
+            q.fetched = 0;
             if let Some(kind) = end.fault {
                 q.status = kind.status_code();
             }

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::thread;
 
-use common::{config, pattern, poll, ring, Rig, MARKER};
+use common::{config, h2t_engine, pattern, poll, ring, Rig, MARKER};
 use ndma_emu::{EmuSystem, ExecPolicy, OrderingMode, PlannedFault};
 use udma::{Arch, Barrier, Direction, DmaMemory, Udma};
 
@@ -121,4 +121,41 @@ fn shutdown_does_not_wait_for_a_delayed_backlog() {
     // Shutdown stops the worker after its in-flight descriptor; the backlog stays pending.
     rig.dev.shutdown();
     assert!(rig.dev.pending(rig.eng, 0, Direction::Tx) > 0);
+}
+
+/// A marker written in the middle of a batch lets the driver reuse every slot up to it while the engine is still
+/// executing the rest of the batch: a doorbell that refills those slots is accepted, although the batch has not
+/// retired them yet. (The zero-copy path keeps the ring this full with pieces of 65 descriptors.)
+#[test]
+fn a_doorbell_may_refill_the_slots_a_running_batch_has_passed() {
+    const RING: u32 = 4096;
+    let cfg = config(Arch::V3, ExecPolicy::Threaded, OrderingMode::Strict);
+    let mut rig = Rig::with(cfg, h2t_engine(Arch::V3), 0, RING);
+    let src = rig.dev.host().alloc(65536, 4096).unwrap();
+    let dst = rig.dev.alloc_hbm(65536, 4096).unwrap();
+    let s = rig.host_addr(&src, 0);
+    // One doorbell for a full ring: 99 small pairs and a marker, then 64 KiB copies that keep the engine busy
+    // for milliseconds after the marker lands.
+    let (head, total) = (100, rig.q.available());
+    assert!(total + head > RING, "the refill must overfill the ring unless the running batch's slots count as free");
+    for _ in 0..head - 1 {
+        rig.q.copy_prepare_one(s, dst.pa, 64, Barrier::None, false).unwrap();
+    }
+    rig.stage_marker();
+    for _ in head..total {
+        rig.q.copy_prepare_one(s, dst.pa, 65536, Barrier::None, false).unwrap();
+    }
+    rig.q.copy_start(&*rig.dev, total, total).unwrap();
+    assert!(rig.poll_marker());
+    // The driver saw the marker: the first 100 slots are free again, and it refills them at once.
+    rig.q.ack(head);
+    let free = rig.q.available();
+    assert_eq!(free, head, "every slot the marker freed");
+    for _ in 0..free {
+        rig.q.copy_prepare_one(s, dst.pa, 64, Barrier::None, false).unwrap();
+    }
+    rig.q.copy_start(&*rig.dev, free, free).unwrap();
+    assert!(poll(|| rig.dev.pending(rig.eng, 0, Direction::Tx) == 0));
+    assert!(rig.dev.faults().is_empty(), "{:?}", rig.dev.faults());
+    assert_eq!(rig.dev.engine_stats(rig.eng).unwrap().descriptors, u64::from(total + free));
 }

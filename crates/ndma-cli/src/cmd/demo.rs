@@ -1,23 +1,35 @@
 //! `ndma demo`: a verified tour on the emulated instance — host→device, device→host, device→device and
-//! host→host copies of 4 KiB … 256 MiB and memsets of 1 MiB and 256 MiB on NC 0, each warmed up, timed
-//! beside single-thread memcpy of the same bytes, and checked byte for byte.
+//! host→host copies of 4 KiB … 256 MiB, memsets of 1 MiB and 256 MiB, and zero-copy transfers of a scattered
+//! user buffer (1 MiB and 16 MiB, both directions) on NC 0, each warmed up, timed beside single-thread memcpy
+//! of the same bytes, and checked byte for byte.
 
-use ndma_emu::ExecPolicy;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ndma::zerocopy::NEURON_DMA_H2T_DEFAULT_QID;
+use ndma::StatsSnapshot;
+use ndma_emu::{AddressSpace, ExecPolicy};
 use serde::Serialize;
 
 use crate::cli::DemoArgs;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, OpContext};
 use crate::util::bed::{testbed, BedOpts, Dir};
 use crate::util::measure::{Measured, Rig};
 use crate::util::output::Out;
 use crate::util::size::fmt_size;
 use crate::util::table::{fmt_gbps, fmt_ratio, Table};
-use crate::util::timing::gbps;
+use crate::util::timing::{gbps, Plan};
+use crate::util::user::{Layout, Process, UserDir, UserWindow};
+use crate::util::zc::{enable_override, Leaks};
 
 /// Copy sizes of the tour.
 pub const COPY_SIZES: [u64; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];
 /// Memset sizes of the tour.
 pub const MEMSET_SIZES: [u64; 2] = [1 << 20, 256 << 20];
+/// Zero-copy sizes of the tour (a scattered user buffer: every page on its own frame).
+pub const ZC_SIZES: [u64; 2] = [1 << 20, 16 << 20];
+/// The pid of the user process whose buffers the zero-copy rows move.
+const ZC_PID: u32 = 4244;
 /// Timed samples per case (best counts).
 const SAMPLES: u32 = 3;
 /// `--quick`: sizes up to this, one sample.
@@ -34,11 +46,15 @@ failed (they carry `error`; the command then exits non-zero)
   budgets      \"emulation\" or \"silicon\" poll budgets
   samples      timed samples per case (the best counts)
   quick        whether --quick was given (1 sample, sizes up to 1 MiB)
+  zerocopy_override   true when the zero-copy rows turned zerocopy_trn1_override on (V2)
   cases        one object per case, in order:
-    operation           \"h2d\", \"d2h\", \"d2d\", \"h2h\" (copies) or \"memset\"
+    operation           \"h2d\", \"d2h\", \"d2d\", \"h2h\" (copies), \"memset\", or \"h2d_zc\", \"d2h_zc\"
+                        (zero-copy of a user buffer: one synchronous zerocopy_submit per operation)
+    layout              zero-copy rows: the user buffer's layout, \"scattered\"
     size                bytes per operation
     ops                 timed operations
-    descriptors_per_op, batches_per_op, polls_per_op   ring counters per timed operation
+    descriptors_per_op, batches_per_op, polls_per_op   ring counters per timed operation (a zero-copy
+                        piece is one batch)
     gbps                throughput of the best sample, 10^9 B/s
     memcpy_gbps         single-thread memcpy of the same bytes, same run
     ratio               gbps / memcpy_gbps
@@ -49,8 +65,11 @@ failed (they carry `error`; the command then exits non-zero)
 /// One case of the `--json` document.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoCase {
-    /// `h2d`, `d2h`, `d2d`, `h2h` or `memset`.
+    /// `h2d`, `d2h`, `d2d`, `h2h`, `memset`, `h2d_zc` or `d2h_zc`.
     pub operation: &'static str,
+    /// Zero-copy rows: the user buffer's layout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
     /// Bytes per operation.
     pub size: u64,
     /// Timed operations.
@@ -101,6 +120,8 @@ pub struct DemoReport {
     pub samples: u32,
     /// Whether `--quick` was given.
     pub quick: bool,
+    /// The zero-copy rows turned `zerocopy_trn1_override` on.
+    pub zerocopy_override: bool,
     /// The cases.
     pub cases: Vec<DemoCase>,
 }
@@ -122,6 +143,7 @@ impl DemoCase {
     fn new(operation: &'static str, size: u64, r: &CliResult<Measured>) -> Self {
         let mut c = DemoCase {
             operation,
+            layout: None,
             size,
             ops: None,
             descriptors_per_op: None,
@@ -151,9 +173,11 @@ impl DemoCase {
 
     /// The case as a table row.
     fn row(&self) -> Vec<String> {
-        let label = match Dir::ALL.iter().find(|d| d.name() == self.operation) {
-            Some(d) => format!("{} copy", d.long_name()),
-            None => "memset (device)".into(),
+        let zc = UserDir::ALL.iter().find(|d| format!("{}_zc", d.name()) == self.operation);
+        let label = match (Dir::ALL.iter().find(|d| d.name() == self.operation), zc) {
+            (Some(d), _) => format!("{} copy", d.long_name()),
+            (None, Some(d)) => format!("{} zero-copy ({})", d.long_name(), self.layout.as_deref().unwrap_or("")),
+            (None, None) => "memset (device)".into(),
         };
         let mut cells = vec![label, fmt_size(self.size)];
         match (self.gbps, self.memcpy_gbps, self.ratio) {
@@ -194,6 +218,57 @@ fn measure(rig: &mut Rig<'_>, max_size: u64) -> (Vec<DemoCase>, Vec<CliError>) {
         record("memset", size, rig.memset(size));
     }
     (cases, failures)
+}
+
+/// The zero-copy rows: a synchronous `zerocopy_submit` of a scattered user buffer of `mm` in each direction at
+/// each of [`ZC_SIZES`] up to `max_size`, measured like the copies.
+fn measure_zc(rig: &mut Rig<'_>, mm: &Arc<AddressSpace>, max_size: u64) -> (Vec<DemoCase>, Vec<CliError>) {
+    let (mut cases, mut failures) = (Vec::new(), Vec::new());
+    for dir in UserDir::ALL {
+        for size in ZC_SIZES.into_iter().filter(|&s| s <= max_size) {
+            let r = zc_copy(rig, mm, dir, size);
+            let name = if dir.to_device() { "h2d_zc" } else { "d2h_zc" };
+            let mut case = DemoCase::new(name, size, &r);
+            case.layout = Some(Layout::Scattered.name());
+            cases.push(case);
+            if let Err(e) = r {
+                failures.push(e);
+            }
+        }
+    }
+    (cases, failures)
+}
+
+/// A synchronous zero-copy transfer of `size` bytes between a guarded scattered user buffer and a guarded
+/// device window: one untimed warm-up, the destination reset, timed samples ([`Plan::for_size`] transfers
+/// each) interleaved with memcpy samples, then every byte of both windows and their guards verified.
+fn zc_copy(rig: &mut Rig<'_>, mm: &Arc<AddressSpace>, dir: UserDir, size: u64) -> CliResult<Measured> {
+    let what = format!("{} zero-copy of {size} bytes (scattered user buffer)", dir.name());
+    let (dev, emu, nc) = (rig.dev, rig.emu, rig.nc);
+    let w = UserWindow::new(dev, emu, mm, dir, size, 0, Layout::Scattered, size ^ 0x2c0, &[], nc)?;
+    let ops = [w.op(0..size)];
+    let submit = || dev.zerocopy_submit(nc, &ops, &w.mc, 0, NEURON_DMA_H2T_DEFAULT_QID, dir.to_device(), 0, 0);
+    submit().op_ctx(|| format!("{what} (warm-up)"))?;
+    w.reset_dst(emu)?;
+    let plan = Plan::for_size(size, rig.samples);
+    rig.baseline.prepare(size);
+    let (mut best, mut best_memcpy, mut stats) = (Duration::MAX, Duration::MAX, StatsSnapshot::default());
+    for _ in 0..plan.samples {
+        let before = dev.ring_stats(nc).op_ctx(|| "reading ring counters")?;
+        let t0 = Instant::now();
+        for _ in 0..plan.iters {
+            submit().op_ctx(|| what.clone())?;
+        }
+        best = best.min(t0.elapsed() / plan.iters as u32);
+        stats = stats.merged(&dev.ring_stats(nc).op_ctx(|| "reading ring counters")?.since(&before));
+        let t0 = Instant::now();
+        for _ in 0..plan.iters {
+            rig.baseline.copy_once(size);
+        }
+        best_memcpy = best_memcpy.min(t0.elapsed() / plan.iters as u32);
+    }
+    w.verify(emu, &what)?;
+    Ok(Measured { op: best, memcpy: best_memcpy, stats, ops: u64::from(plan.samples) * plan.iters })
 }
 
 /// The cases as the human table.
@@ -239,13 +314,25 @@ pub fn run(opts: BedOpts, a: &DemoArgs) -> CliResult {
          of the same bytes; every byte of the destination, its guards and the source verified; counters are per \
          operation"
     ));
+    let zerocopy_override = enable_override(dev, out);
     let mut rig = Rig::new(dev, emu, 0, samples, max_size)?;
-    let (cases, mut failures) = measure(&mut rig, max_size);
+    let (mut cases, mut failures) = measure(&mut rig, max_size);
+    let user = Process::enter(tb.emu.host(), ZC_PID);
+    let (zc_cases, zc_failures) = measure_zc(&mut rig, &user.mm, max_size);
+    cases.extend(zc_cases);
+    failures.extend(zc_failures);
     drop(rig);
+    // Every zero-copy row released what it pinned and queued.
+    let leaks = Leaks::check(&tb.system, dev, tb.emu.host());
+    if let Err(e) = leaks.and_then(|l| l.ensure_clean("after the zero-copy rows")) {
+        failures.push(e);
+    }
     out.text(&table(&cases).render());
     out.say(format_args!(
         "GB/s = 10⁹ bytes/s; ratio = GB/s ÷ memcpy GB/s (memset rows too: memcpy of the same byte count); timeouts = \
-         poll budgets that ran out during the timed operations (any that the op layer did not recover fails the case)"
+         poll budgets that ran out during the timed operations (any that the op layer did not recover fails the case); \
+         zero-copy rows: one synchronous zerocopy_submit per operation, pinning the user pages each time \
+         (batches = pieces), followed by a leak check (nothing may stay pinned or queued)"
     ));
     let report = DemoReport {
         command: "demo",
@@ -255,6 +342,7 @@ pub fn run(opts: BedOpts, a: &DemoArgs) -> CliResult {
         budgets: if opts.emulation_budgets { "emulation" } else { "silicon" },
         samples,
         quick: a.quick,
+        zerocopy_override,
         cases,
     };
     out.wrote(a.json.write(&report)?);

@@ -6,8 +6,14 @@
 //! - `hang`: a queue hung outside any reset window: `-ETIMEDOUT` with no retry, the ring re-initialised, and
 //!   the next copy on the device succeeds.
 //!
-//! Each scenario is a list of steps (a copy, its outcome, its time and the ring counters it moved); a step
-//! whose outcome is not the contract's fails the command with exit status 3.
+//! - `zc-*`: zero-copy scenarios over a user buffer ([`zc`]): a hole in the middle of a request, a pin failure
+//!   in the completion thread, a hang during an async sequence, process exit with async work in flight, a full
+//!   completion queue with no consumer for a while. Each ends with the leak check.
+//!
+//! Each scenario is a list of steps (a copy or a request, its outcome, its time and the ring counters it
+//! moved); a step whose outcome is not the contract's fails the command with exit status 3.
+
+pub mod zc;
 
 use std::time::Instant;
 
@@ -30,14 +36,14 @@ pub const JSON_SCHEMA: &str = "\
 JSON (--json FILE, or --json - for stdout instead of the report): one object, written when every step
 behaved as the contract says (otherwise the command exits 3 without JSON)
   command      \"faults\"
-  scenario     \"reset-window\" or \"hang\"
+  scenario     \"reset-window\", \"hang\", \"zc-hole\", \"zc-pin-fail\", \"zc-hang\", \"zc-exit\" or \"zc-cq-full\"
   instance     instance preset, e.g. \"trn1.2xlarge\"
   arch         \"v2\" or \"v3\"
   nc           NeuronCore whose H2T ring was used
   engine       the H2T ring's engine index; queue: its queue id
   retry_flag   the DHAL's reset-window retry flag (true on V2)
-  copy_bytes   bytes each step copies
-  steps        one object per copy, in order:
+  copy_bytes   bytes each step copies (zero-copy: bytes of the scenario's user window)
+  steps        one object per copy or zero-copy step, in order:
     name         what the step does, e.g. \"copy during the reset\", \"hung copy\", \"next copy\"
     ok           whether the copy returned success
     error        the op layer's error message (absent when ok)
@@ -45,7 +51,18 @@ behaved as the contract says (otherwise the command exits 3 without JSON)
     elapsed_ms   the copy's time
     counters     the ring's counters moved by this step: transfers, bytes, descriptors, batches,
                  doorbells, polls, wait_us, timeouts, retries, replays, ring_resets
-    verified     whether the destination was then checked byte for byte";
+    verified     whether the destination was then checked byte for byte
+zero-copy scenarios add:
+  override     true when zerocopy_trn1_override was turned on (V2)
+  cqes         the completions taken, in order: sequence_num, compl_ret (0 or -errno), context
+  pins         pin activity of the user process(es): fast_calls, slow_calls, remote_calls, short_pins,
+               failed_calls, pinned_pages, unpinned_pages, dirty_unpins
+  cq_backlog   zc-cq-full: requests, busy_submits (refused -EBUSY and repeated), posted (in the queue
+               while nobody consumed), backlog (held back in the driver)
+  leak_check   at the end: pinned_frames, pins, orphaned_frames, bad_unpins, pinned_ranges, contexts,
+               queue_pinned_pages, backlog, ring_slots_used, ring_slots_accounted, clean
+The zero-copy async scenarios (all but zc-hole) need V3 (--instance trn2.48xlarge): V2 has no async
+zero-copy.";
 
 /// One copy of a scenario.
 #[derive(Debug, Serialize)]
@@ -91,6 +108,21 @@ pub struct FaultsReport {
     pub copy_bytes: u64,
     /// The steps, in order.
     pub steps: Vec<Step>,
+    /// Zero-copy: the command turned `zerocopy_trn1_override` on.
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    pub override_on: Option<bool>,
+    /// Zero-copy: the completions taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cqes: Option<Vec<zc::Cqe>>,
+    /// Zero-copy: pin activity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pins: Option<zc::Pins>,
+    /// `zc-cq-full`: what the full queue held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cq_backlog: Option<zc::CqBacklog>,
+    /// Zero-copy: the leak check at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leak_check: Option<zc::Leaks>,
 }
 
 /// A scenario in progress: the window it copies, where it prints, and the steps so far.
@@ -161,21 +193,9 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
         opts.instance.name,
         dev.dhal().retry_memcpy()
     ));
-    let w = Window::new(dev, emu, Dir::H2d, COPY_BYTES, nc, 0xfa17)?;
-    let mut sc = Scenario { w, nc, out, steps: Vec::new() };
-    let scenario = match a.scenario {
-        FaultScenario::ResetWindow => {
-            reset_window(&tb, &mut sc, arch, eng, qid, a.reset_ms)?;
-            "reset-window"
-        }
-        FaultScenario::Hang => {
-            hang(&mut sc, eng, qid)?;
-            "hang"
-        }
-    };
-    let report = FaultsReport {
+    let mut report = FaultsReport {
         command: "faults",
-        scenario,
+        scenario: a.scenario.name(),
         instance: opts.instance.name.into(),
         arch: arch.to_string(),
         nc,
@@ -183,8 +203,26 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
         queue: qid,
         retry_flag: dev.dhal().retry_memcpy(),
         copy_bytes: COPY_BYTES,
-        steps: sc.steps,
+        steps: Vec::new(),
+        override_on: None,
+        cqes: None,
+        pins: None,
+        cq_backlog: None,
+        leak_check: None,
     };
+    match a.scenario {
+        FaultScenario::ResetWindow | FaultScenario::Hang => {
+            let w = Window::new(dev, emu, Dir::H2d, COPY_BYTES, nc, 0xfa17)?;
+            let mut sc = Scenario { w, nc, out, steps: Vec::new() };
+            if a.scenario == FaultScenario::Hang {
+                hang(&mut sc, eng, qid)?;
+            } else {
+                reset_window(&tb, &mut sc, arch, eng, qid, a.reset_ms)?;
+            }
+            report.steps = sc.steps;
+        }
+        zc_scenario => zc::run(&tb, zc_scenario, nc, out, &mut report)?,
+    }
     out.wrote(a.json.write(&report)?);
     Ok(())
 }

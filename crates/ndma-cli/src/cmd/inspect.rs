@@ -4,6 +4,10 @@
 //!
 //! Three steps: `copy_once` (the verified copy and what the ring holds after it), [`decode_pair`] (each slot
 //! read back: phase, flags, addresses, role), then the report (printed and/or JSON).
+//!
+//! `--zerocopy` shows one zero-copy piece instead ([`zc`]).
+
+pub mod zc;
 
 use ndma::{MemChunk, NeuronDevice, DMA_COMPLETION_MARKER};
 use ndma_emu::{EmuDevice, ExecPolicy};
@@ -45,7 +49,31 @@ JSON (--json FILE, or --json - for stdout instead of the report): one object
     tx_words         [len_ctrl, meta_ctrl, buf_ptr] raw
     rx_words         [len_ctrl, buf2_ptr_lo, buf_ptr] raw
   data_pairs, marker_pairs   counts
-  write_barriers_ok          the last data pair of every batch carries WRITE_BARRIER";
+  write_barriers_ok          the last data pair of every batch carries WRITE_BARRIER
+
+With --zerocopy, written when the read-back matched the plan, the bytes and the leak check:
+  command          \"inspect\"
+  mode             \"zerocopy\"
+  dir              \"h2d\" or \"d2h\"
+  nc, size         NeuronCore; bytes in the piece
+  offset           page offset of the piece's first byte
+  layout           \"contiguous\", \"scattered\" or \"runs:K\"
+  archs            one object per arch shown (v2 then v3, or the --instance given):
+    instance, arch   the preset and \"v2\"/\"v3\"
+    override         true when zerocopy_trn1_override was turned on (V2)
+    engine, queue    the H2T ring
+    user_va          user address of the piece's first byte; device_pa: its device address
+    frames           physical addresses of the frames pinned, in page order
+    runs             runs of physically consecutive frames: index, first_frame, frames (count), start (the
+                     device address of its first byte), bytes, descriptors (ring slots of its data descriptors)
+    descriptors      the pairs read back from the ring, data then the marker: index, kind (\"data\"/\"marker\"),
+                     len, src, src_mem, dst, dst_mem, barrier (\"none\", \"write_barrier\", \"sow\", \"dmb\"),
+                     tx_flags, rx_flags, run (data only), tx_words, rx_words
+    marker_barrier   the marker's barrier
+    plan_matches     the read-back is exactly plan_descriptors' plan; verified: bytes checked
+    counters         the ring's counters (fields above)
+    leak_check       pinned_frames, pins, orphaned_frames, bad_unpins, pinned_ranges, contexts,
+                     queue_pinned_pages, backlog, ring_slots_used, ring_slots_accounted, clean";
 
 /// What one slot of the ring holds, read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -314,12 +342,16 @@ fn chunk_pas(dev: &NeuronDevice, src: &MemChunk, dst: &MemChunk) -> (u64, u64) {
     (dev.mc_to_pa(src), dev.mc_to_pa(dst))
 }
 
-/// Runs `ndma inspect`: `copy_once`, decode every slot, report.
+/// Runs `ndma inspect`: `copy_once`, decode every slot, report; or, with `--zerocopy`, [`zc::run`]
+/// (`instance_given`: `--instance` was on the command line).
 ///
 /// # Errors
 ///
 /// Set-up, copy and verification failures, and failure to write the JSON.
-pub fn run(opts: BedOpts, a: &InspectArgs) -> CliResult {
+pub fn run(opts: BedOpts, a: &InspectArgs, instance_given: bool) -> CliResult {
+    if a.zerocopy {
+        return zc::run(opts, a, instance_given);
+    }
     let tb = testbed(opts, ExecPolicy::Inline)?;
     let (dev, emu) = tb.device(0);
     let copied = copy_once(dev, emu, a)?;

@@ -9,3 +9,5 @@ pub mod size;
 pub mod table;
 pub mod timeline;
 pub mod timing;
+pub mod user;
+pub mod zc;
