@@ -435,15 +435,19 @@ impl Engine {
         Pick::Run(Claim { qid, tx: Cursor::at_head(&t), rx: Cursor::at_head(&x), budget })
     }
 
-    /// Fetches, executes and retires the pairs of `claim`; counts and traces the batch.
+    /// Fetches, retires and executes the pairs of `claim`; counts and traces the batch.
     fn run_batch(&self, dev: &DeviceCore, exec: &mut ExecState, claim: Claim) -> BatchEnd {
         let start = dev.trace.enabled().then(Instant::now);
         let mut ops = std::mem::take(&mut exec.scratch);
         let end = self.fetch_batch(dev, &claim, &mut ops);
+        // The fetched pairs leave the ring before they execute: their slots are the engine's no more, and a
+        // batch may hold many op-layer batches whose markers land one after the other while it executes. A
+        // CPU that saw one marker acks its slots and may reuse them at once; `pending` must not still count
+        // them when its next doorbell arrives.
+        self.retire(&end);
         let bytes = self.execute(dev, exec, &ops);
         ops.clear();
         exec.scratch = ops;
-        self.retire(&end);
         if let Some(start) = start.filter(|_| end.done > 0) {
             let kind = EngineEventKind::Batch { descriptors: end.done, bytes };
             let e = EngineEvent { engine: self.id, qid: claim.qid as u32, kind, start, end: Instant::now() };
@@ -477,7 +481,8 @@ impl Engine {
         BatchEnd { qid: claim.qid, tx, rx, done: ops.len() as u32, fault, corruption }
     }
 
-    /// Moves the queue pair's heads past the executed pairs; a fault halts the pair with its status code.
+    /// Moves the queue pair's heads past the fetched pairs (before they execute); a fault halts the pair with
+    /// its status code.
     fn retire(&self, end: &BatchEnd) {
         let mut r = lock(&self.regs);
         for (d, c) in [(0, end.tx), (1, end.rx)] {

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::thread;
 
-use common::{config, pattern, poll, ring, Rig, MARKER};
+use common::{config, h2t_engine, pattern, poll, ring, Rig, MARKER};
 use ndma_emu::{EmuSystem, ExecPolicy, OrderingMode, PlannedFault};
 use udma::{Arch, Barrier, Direction, DmaMemory, Udma};
 
@@ -121,4 +121,52 @@ fn shutdown_does_not_wait_for_a_delayed_backlog() {
     // Shutdown stops the worker after its in-flight descriptor; the backlog stays pending.
     rig.dev.shutdown();
     assert!(rig.dev.pending(rig.eng, 0, Direction::Tx) > 0);
+}
+
+/// A CPU that sees a write of a batch may ack that write's slots and reuse them at once (the op layer does so
+/// when one engine batch holds several of its batches, each ending in a marker): by the time any write of a
+/// batch is visible, the engine no longer counts the batch's pairs as pending, so the next doorbell is not
+/// refused as overfilling the ring.
+#[test]
+fn fetched_pairs_leave_the_ring_before_their_writes_land() {
+    const PAIRS: u64 = 2000;
+    const LEN: u64 = 4096;
+    let arch = Arch::V3;
+    let mut rig = Rig::with(config(arch, ExecPolicy::Threaded, OrderingMode::Relaxed), h2t_engine(arch), 0, 4096);
+    let src = rig.dev.host().alloc((PAIRS * LEN) as usize, 4096).unwrap();
+    // Destinations two slots apart, so no two copies merge into one and the first lands long before the last.
+    let dst = rig.dev.host().alloc((2 * PAIRS * LEN) as usize, 4096).unwrap();
+    dst.fill(0, (2 * PAIRS * LEN) as usize, 0).unwrap();
+    let data = pattern(0x3c, (PAIRS * LEN) as usize);
+    src.write_bytes(0, &data).unwrap();
+    for i in 0..PAIRS {
+        let (s, d) = (rig.host_addr(&src, i * LEN), rig.host_addr(&dst, 2 * i * LEN));
+        rig.q.copy_prepare_one(s, d, LEN as u32, Barrier::None, false).unwrap();
+    }
+    // One doorbell pair for all of them: the engine fetches them as one batch.
+    rig.q.copy_start(&*rig.dev, PAIRS as u32, PAIRS as u32).unwrap();
+    let first_landed = || {
+        let mut b = [0u8; 1];
+        dst.read_bytes((LEN - 1) as usize, &mut b).unwrap();
+        b[0] == data[(LEN - 1) as usize]
+    };
+    assert!(poll(first_landed), "the first copy never landed; faults: {:?}", rig.dev.faults());
+    for dir in [Direction::Tx, Direction::Rx] {
+        assert_eq!(rig.dev.pending(rig.eng, 0, dir), 0, "{dir:?}: pairs still pending once a write is visible");
+    }
+    let last_landed = || {
+        let mut b = [0u8; 1];
+        dst.read_bytes(((2 * (PAIRS - 1) + 1) * LEN - 1) as usize, &mut b).unwrap();
+        b[0] == data[(PAIRS * LEN - 1) as usize]
+    };
+    assert!(poll(last_landed), "the last copy never landed");
+    // Every copy landed where it should, and nothing between.
+    let mut got = vec![0u8; (2 * PAIRS * LEN) as usize];
+    dst.read_bytes(0, &mut got).unwrap();
+    for i in 0..PAIRS as usize {
+        let (l, o) = (LEN as usize, 2 * i * LEN as usize);
+        assert!(got[o..o + l] == data[i * l..(i + 1) * l], "copy {i}");
+        assert!(got[o + l..o + 2 * l].iter().all(|&b| b == 0), "gap after copy {i}");
+    }
+    assert!(rig.dev.faults().is_empty(), "{:?}", rig.dev.faults());
 }
