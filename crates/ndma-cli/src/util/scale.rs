@@ -91,25 +91,27 @@ pub fn measure(lanes: &mut [Lane], size: u64, copies: u32, samples: u32) -> CliR
     Ok(Scaled { dma, memcpy })
 }
 
-/// Runs `work` on one thread per lane, released together; the wall time until the last one is done.
+/// Runs `work` on one thread per lane, released together; the wall time from the first thread's start to the
+/// last one's end. Each thread reads the clock itself: with more threads than cores, the releasing thread may
+/// not run again until most of the work is done.
 fn together(lanes: &mut [Lane], work: impl Fn(&mut Lane) -> CliResult + Sync) -> CliResult<Duration> {
-    let start = Barrier::new(lanes.len() + 1);
+    let start = Barrier::new(lanes.len());
     let (start, work) = (&start, &work);
-    thread::scope(|s| {
+    let spans: Vec<CliResult<(Instant, Instant)>> = thread::scope(|s| {
         let handles: Vec<_> = lanes
             .iter_mut()
             .map(|l| {
                 s.spawn(move || {
                     start.wait();
-                    work(l)
+                    let t0 = Instant::now();
+                    work(l).map(|()| (t0, Instant::now()))
                 })
             })
             .collect();
-        start.wait();
-        let t0 = Instant::now();
-        let results: Vec<CliResult> =
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect();
-        let t = t0.elapsed();
-        results.into_iter().collect::<CliResult<Vec<()>>>().map(|_| t)
-    })
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    let spans = spans.into_iter().collect::<CliResult<Vec<_>>>()?;
+    let first = spans.iter().map(|s| s.0).min();
+    let last = spans.iter().map(|s| s.1).max();
+    Ok(first.zip(last).map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a)))
 }
