@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 use ndma::Instance;
+use ndma_emu::WaitTiming;
 
 use crate::cmd;
 use crate::error::{CliError, CliResult};
@@ -46,6 +47,11 @@ pub struct Cli {
     /// as the driver would on an emulator. `faults` always uses silicon budgets (with inline engines).
     #[arg(long, global = true)]
     pub silicon_budgets: bool,
+    /// Wait for markers with the driver's timing: the first wait and every 1 µs poll interval run to their
+    /// end before the marker is looked at (the faithful baseline). By default a wait returns the moment the
+    /// engine writes the marker; poll counts and budgets are the driver's either way.
+    #[arg(long, global = true)]
+    pub driver_timing: bool,
     /// More log output on stderr: -v info, -vv debug, -vvv trace (default: warnings and errors).
     #[arg(short, long, global = true, action = ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
@@ -306,6 +312,9 @@ pub struct BenchArgs {
     /// Fewer repetitions and no 256 MiB cases (finishes in seconds; for tests and smoke runs).
     #[arg(long)]
     pub quick: bool,
+    /// Also draw GB/s against copy size for each direction beside memcpy, as an SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// Parses a byte value: decimal, `0x` hex, `0o` octal or `0b` binary, within 0..=255.
@@ -349,8 +358,11 @@ pub fn instance_by_name(name: &str) -> CliResult<Instance> {
 ///
 /// The command's failure.
 pub fn run(cli: Cli) -> CliResult {
-    let instance = instance_by_name(cli.instance.as_deref().unwrap_or(DEFAULT_INSTANCE))?;
-    let opts = BedOpts { instance, emulation_budgets: !cli.silicon_budgets };
+    let opts = BedOpts {
+        instance: instance_by_name(cli.instance.as_deref().unwrap_or(DEFAULT_INSTANCE))?,
+        emulation_budgets: !cli.silicon_budgets,
+        timing: if cli.driver_timing { WaitTiming::Driver } else { WaitTiming::Marker },
+    };
     match cli.command.unwrap_or(Command::Demo(DemoArgs::default())) {
         Command::Demo(a) => cmd::demo::run(opts, &a),
         Command::Inspect(a) => cmd::inspect::run(opts, &a, cli.instance.is_some()),

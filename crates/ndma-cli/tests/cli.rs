@@ -152,18 +152,69 @@ fn quick_bench_writes_json_with_every_required_case() {
             assert!(has(name, "async", size), "missing async {name} {size}\n{text}");
         }
     }
-    for c in cases.iter().filter(|c| c["name"] != "roundtrip_4k") {
-        for key in ["gbps", "memcpy_gbps", "ratio"] {
+    let throughput = |c: &&serde_json::Value| {
+        let n = c["name"].as_str().unwrap_or("");
+        ["h2d", "d2h", "d2d", "h2h", "pipelined_4k", "scale"].contains(&n)
+            || n.ends_with("_zc")
+            || n.ends_with("_bounce")
+    };
+    for c in cases.iter().filter(throughput) {
+        for key in ["gbps", "gbps_median", "memcpy_gbps", "ratio"] {
             assert!(c[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {c}");
         }
-        if c["mode"] == "async" {
-            assert!(c["sync_gbps"].as_f64().is_some() && c["async_over_sync"].as_f64().is_some(), "{c}");
+        if c["mode"] == "async" && ["h2d", "d2h"].contains(&c["name"].as_str().unwrap_or("")) {
+            assert!(c["sync_gbps"].as_f64().is_some(), "{c}");
         }
     }
-    let rt = cases.iter().find(|c| c["name"] == "roundtrip_4k").expect("roundtrip_4k");
-    assert_eq!((rt["mode"].as_str(), rt["size"].as_u64(), rt["arch"].as_str()), (Some("sync"), Some(4096), Some("v2")));
-    assert_eq!(rt["first_wait_ns"].as_u64(), Some(1000), "V2: first wait of a 2-descriptor batch is 1 µs");
-    assert!(rt["median_ns"].as_u64().is_some() && rt["p99_ns"].as_u64().is_some(), "{rt}");
+    let rts: Vec<_> = cases.iter().filter(|c| c["name"] == "roundtrip_4k").collect();
+    for (timing, assist) in [("marker", true), ("driver", true), ("marker", false), ("driver", false)] {
+        let rt = rts
+            .iter()
+            .find(|c| c["timing"] == timing && c["assist"] == assist)
+            .unwrap_or_else(|| panic!("no roundtrip_4k with {timing} timing, assist {assist}\n{text}"));
+        assert_eq!(
+            (rt["mode"].as_str(), rt["size"].as_u64(), rt["arch"].as_str()),
+            (Some("sync"), Some(4096), Some("v2"))
+        );
+        assert_eq!(rt["first_wait_ns"].as_u64(), Some(1000), "V2: first wait of a 2-descriptor batch is 1 µs");
+        for key in ["median_ns", "p99_ns", "pingpong_ns"] {
+            assert!(rt[key].as_u64().is_some_and(|x| x > 0), "{key} in {rt}");
+        }
+    }
+    for name in ["roundtrip_idle_2ms", "roundtrip_idle_50ms"] {
+        let c = cases.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no {name}"));
+        assert!(c["median_ns"].as_u64().is_some() && c["p99_ns"].as_u64().is_some(), "{c}");
+    }
+    assert!(
+        has("d2d", "sync", 4096)
+            && cases.iter().any(|c| c["name"] == "d2d" && c["size"] == 4096 && c["median_ns"].is_u64())
+    );
+    let p = cases.iter().find(|c| c["name"] == "pipelined_4k").expect("pipelined_4k");
+    assert!(p["ops_per_s"].as_f64().is_some_and(|x| x > 0.0) && p["memcpy_ops_per_s"].as_f64().is_some(), "{p}");
+    // --quick: zero-copy rows at 64 KiB and 1 MiB, both layouts, every way and mode.
+    for name in ["h2d_zc", "d2h_zc", "h2d_bounce", "d2h_bounce"] {
+        let modes: &[&str] = if name.ends_with("_zc") { &["sync", "async", "prepinned"] } else { &["sync", "async"] };
+        for mode in modes {
+            for layout in ["contiguous", "scattered"] {
+                for size in [65536u64, 1 << 20] {
+                    assert!(
+                        cases.iter().any(|c| c["name"] == name
+                            && c["mode"] == *mode
+                            && c["layout"] == layout
+                            && c["size"] == size
+                            && c["arch"] == "v3"),
+                        "missing {name} {mode} {layout} {size}"
+                    );
+                }
+            }
+        }
+    }
+    let rings: Vec<u64> = cases.iter().filter(|c| c["name"] == "scale").filter_map(|c| c["rings"].as_u64()).collect();
+    assert_eq!(rings, [1, 2], "--quick scales over 1 and 2 rings");
+    let idle = cases.iter().find(|c| c["name"] == "idle_cpu").expect("idle_cpu");
+    assert!(idle["cpu_percent"].as_f64().is_some(), "{idle}");
+    assert!(v["goals"].as_array().is_some_and(|g| !g.is_empty()), "goals");
+    assert_eq!(v["timing"], "marker");
 }
 
 #[test]

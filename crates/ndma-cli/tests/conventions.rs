@@ -273,7 +273,11 @@ fn exit_codes_per_failure_class() {
 /// CLI's own checks, run on a real window, produce the errors whose class `main` exits with.
 #[test]
 fn wrong_bytes_are_a_verification_failure_and_a_refused_back_door_a_device_error() {
-    let opts = BedOpts { instance: ndma::Instance::TRN1_2XLARGE, emulation_budgets: true };
+    let opts = BedOpts {
+        instance: ndma::Instance::TRN1_2XLARGE,
+        emulation_budgets: true,
+        timing: ndma_emu::WaitTiming::Marker,
+    };
     let tb = testbed(opts, ExecPolicy::Inline).expect("testbed");
     let (dev, emu) = tb.device(0);
     let w = Window::new(dev, emu, Dir::H2d, 8192, 0, 3).expect("window");

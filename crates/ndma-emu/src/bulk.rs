@@ -4,7 +4,9 @@
 //! Written by hand because it was measured to matter: on this machine glibc's memmove moves a 127 MiB batch
 //! (the op layer's largest) at 4.5–5.1 GB/s while the same bytes in one 256 MiB memcpy — the benchmarks'
 //! baseline — reach 7.5–9 GB/s (glibc picks a different strategy by size). A plain AVX2 streaming loop
-//! moves the 127 MiB batch at 7.4 GB/s.
+//! moved the 127 MiB batch at 7.4–8 GB/s; copying four pages at a time with their blocks interleaved and
+//! prefetched, as glibc's large-copy loop does, moves it at 11–12 GB/s (measured side by side: 127 MiB in
+//! 11.4 ms against 16.7 ms for the plain loop and 18.6 ms for glibc's memmove).
 
 use std::ptr;
 
@@ -38,30 +40,34 @@ pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
-    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256, _mm_sfence};
+    use std::arch::x86_64::{_mm_prefetch, _mm_sfence, _MM_HINT_T0};
     const BLOCK: usize = 128;
+    const PREFETCH: usize = 512;
+    const PAGE: usize = 4096;
+    const LANES: usize = 4;
     // Streaming stores need a 32-byte-aligned destination: copy the head normally.
     let head = (32 - dst as usize % 32) % 32;
     // SAFETY: `head < 32 <= len` bytes, inside both ranges, which do not overlap.
     unsafe { ptr::copy_nonoverlapping(src, dst, head) };
     let mut i = head;
-    while i + BLOCK <= len {
-        // SAFETY: `[i, i + BLOCK)` lies inside both ranges; loads are unaligned, stores 32-byte aligned
-        // (dst + head is aligned and BLOCK is a multiple of 32).
-        unsafe {
-            let s = src.add(i) as *const __m256i;
-            let d = dst.add(i) as *mut __m256i;
-            let (a, b, c, e) = (
-                _mm256_loadu_si256(s),
-                _mm256_loadu_si256(s.add(1)),
-                _mm256_loadu_si256(s.add(2)),
-                _mm256_loadu_si256(s.add(3)),
-            );
-            _mm256_stream_si256(d, a);
-            _mm256_stream_si256(d.add(1), b);
-            _mm256_stream_si256(d.add(2), c);
-            _mm256_stream_si256(d.add(3), e);
+    // Four pages at a time, their blocks interleaved, each page's next block prefetched: four streams keep
+    // more DRAM pages open than one (what glibc's large-copy loop does too).
+    while i + LANES * PAGE <= len {
+        for off in (0..PAGE).step_by(BLOCK) {
+            for lane in 0..LANES {
+                let at = i + lane * PAGE + off;
+                // Prefetch hints never fault, wherever they point.
+                _mm_prefetch::<_MM_HINT_T0>(src.wrapping_add(at + PREFETCH) as *const i8);
+                // SAFETY: `at + BLOCK <= i + LANES * PAGE <= len`; `dst + at` is aligned (head, PAGE and
+                // BLOCK keep 32-byte alignment).
+                unsafe { stream_block(src, dst, at) };
+            }
         }
+        i += LANES * PAGE;
+    }
+    while i + BLOCK <= len {
+        // SAFETY: `[i, i + BLOCK)` lies inside both ranges; stores stay 32-byte aligned.
+        unsafe { stream_block(src, dst, i) };
         i += BLOCK;
     }
     // Non-temporal stores are weakly ordered: the fence makes them globally visible before any later store,
@@ -69,6 +75,33 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
     _mm_sfence();
     // SAFETY: the tail `[i, len)` lies inside both ranges.
     unsafe { ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i) };
+}
+
+/// One 128-byte block at offset `at`: four unaligned loads, four streaming stores.
+///
+/// # Safety
+///
+/// `[at, at + 128)` lies inside both ranges, `dst + at` is 32-byte aligned, and the CPU supports AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn stream_block(src: *const u8, dst: *mut u8, at: usize) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256};
+    // SAFETY: the caller guarantees the block is inside both ranges and the destination aligned.
+    unsafe {
+        let s = src.add(at) as *const __m256i;
+        let d = dst.add(at) as *mut __m256i;
+        let (a, b, c, e) = (
+            _mm256_loadu_si256(s),
+            _mm256_loadu_si256(s.add(1)),
+            _mm256_loadu_si256(s.add(2)),
+            _mm256_loadu_si256(s.add(3)),
+        );
+        _mm256_stream_si256(d, a);
+        _mm256_stream_si256(d.add(1), b);
+        _mm256_stream_si256(d.add(2), c);
+        _mm256_stream_si256(d.add(3), e);
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@ pub struct EmuPlatform {
     /// The system's engines, which delays execute when nobody else does; `None` for a bare platform.
     engines: Option<Engines>,
     timing: AtomicU8,
+    /// Whether real-clock delays execute pending engine work themselves (see [`EmuPlatform::set_assist`]).
+    assist: AtomicBool,
     emulation: AtomicBool,
     prefetches: Mutex<Vec<(u64, u64)>>,
     fail_prefetch: AtomicBool,
@@ -30,6 +32,7 @@ impl std::fmt::Debug for EmuPlatform {
         f.debug_struct("EmuPlatform")
             .field("clock", &self.clock.kind())
             .field("timing", &self.timing())
+            .field("assist", &self.assist())
             .field("engines", &self.engines.is_some())
             .finish_non_exhaustive()
     }
@@ -53,6 +56,7 @@ impl EmuPlatform {
             clock,
             engines,
             timing: AtomicU8::new(WaitTiming::Marker as u8),
+            assist: AtomicBool::new(true),
             emulation: AtomicBool::new(false),
             prefetches: Mutex::new(Vec::new()),
             fail_prefetch: AtomicBool::new(false),
@@ -78,6 +82,23 @@ impl EmuPlatform {
             t if t == WaitTiming::Driver as u8 => WaitTiming::Driver,
             _ => WaitTiming::Marker,
         }
+    }
+
+    /// Whether a real-clock delay executes pending engine work itself when nobody else is executing it (on by
+    /// default). Off, a waiting thread only watches its word while the engines' worker threads do all the
+    /// work, so a completion always crosses from the worker's thread to the waiter's: a measurement switch
+    /// (`ndma bench` reports the round trip both ways). Leave it on with [`crate::ExecPolicy::Deferred`],
+    /// whose work only waiting threads execute. A fake-clock delay always executes pending work (virtual time
+    /// passes only there).
+    pub fn set_assist(&self, on: bool) {
+        // Relaxed: a setting read on its own.
+        self.assist.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether real-clock delays execute pending engine work (see [`EmuPlatform::set_assist`]).
+    pub fn assist(&self) -> bool {
+        // Relaxed: a setting read on its own.
+        self.assist.load(Ordering::Relaxed)
     }
 
     /// The clock the platform runs on.
@@ -109,7 +130,10 @@ impl EmuPlatform {
     /// A delay of `us` µs watching `watch` (see `Platform::delay_until`).
     fn delay(&self, us: u64, watch: Option<Watch<'_>>) -> bool {
         match self.clock.kind() {
-            ClockKind::Real => delay::wait(self.engines.as_ref(), us, watch, self.timing()),
+            ClockKind::Real => {
+                let engines = self.engines.as_ref().filter(|_| self.assist());
+                delay::wait(engines, us, watch, self.timing())
+            }
             ClockKind::Fake => {
                 // Virtual time passes only here, so no real thread's progress can be awaited: execute every
                 // pending batch now (deterministic), then look.

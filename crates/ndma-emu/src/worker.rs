@@ -71,7 +71,7 @@ fn run(dev: &DeviceCore, eng: u32) {
         let seen = e.signal.rung();
         // Spin for the next doorbell only after useful work: a worker that woke to find the work already done by
         // a waiting thread goes back to dozing.
-        if e.run_until_idle_or_stopped(dev, &stopping) {
+        if e.run_unless_busy(dev, &stopping) {
             let idle_since = Instant::now();
             while !e.signal.rung_since(seen) && !stopping() && idle_since.elapsed() < IDLE_SPIN {
                 std::hint::spin_loop();

@@ -126,9 +126,13 @@ pub(crate) struct DmaContext {
     pub prefetch: Option<u64>,
     /// The ring was re-initialised while this transfer was in flight: it did not complete.
     pub aborted: bool,
-    /// The memory the descriptors point at, kept alive until the context is released.
-    pub held: Vec<Arc<MemChunk>>,
+    /// The memory the descriptors point at (source and destination chunk), kept alive until the context is
+    /// released. An array, not a vector: an async copy allocates nothing.
+    pub held: Held,
 }
+
+/// The chunks a context keeps alive: at most its source and its destination.
+pub type Held = [Option<Arc<MemChunk>>; 2];
 
 impl DmaContext {
     /// Marks the context free and drops its hold on memory. Only called once nothing of it is in flight.
@@ -136,7 +140,7 @@ impl DmaContext {
         debug_assert_eq!(self.in_flight, 0, "a context is released while the engine may still use it");
         self.inuse = false;
         self.aborted = false;
-        self.held.clear();
+        self.held = Held::default();
     }
 }
 

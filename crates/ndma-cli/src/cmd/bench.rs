@@ -1,32 +1,46 @@
-//! `ndma bench`: end-to-end figures on NC 0, each beside single-thread memcpy of the same bytes measured in
-//! the same run (samples interleaved; the best sample of each counts):
-//! - `mode: sync` — `h2d`, `d2h`, `d2d`, `h2h` at 4 KiB … 256 MiB, one `memcpy_mc` per operation;
+//! `ndma bench`: end-to-end figures, each beside a baseline measured in the same run (samples interleaved):
+//! - `mode: sync` — `h2d`, `d2h`, `d2d`, `h2h` at 4 KiB … 256 MiB, one `memcpy_mc` per operation, beside
+//!   single-thread memcpy of the same bytes; best and median sample;
 //! - `mode: async` — `h2d`, `d2h` at 64 KiB, 1 MiB, 16 MiB: a stream of copies through `AsyncPipeline`,
-//!   beside the same stream as sync copies (`sync_gbps`, `async_over_sync`). The stream (64 MiB, at least 8
-//!   copies) cycles over a 4 MiB window (at least two copies' worth; `stream_window_bytes`) so that it measures
-//!   the op layer and the engine rather than DRAM bandwidth; memcpy does the same stream;
-//! - `roundtrip_4k` — a 4 KiB h2d copy from submit to acked completion, median and p99 over many iterations,
-//!   beside the DHAL's first wait.
+//!   beside the same stream as sync copies and as memcpys; the stream (64 MiB, at least 8 copies) cycles over
+//!   a 4 MiB window so that it measures the op layer and the engine rather than DRAM bandwidth;
+//! - `pipelined_4k` — 4 KiB copies through `AsyncPipeline` over one buffer, in ops/s, beside the same stream
+//!   as memcpys, with the ring counters per copy;
+//! - `roundtrip_4k` — a 4 KiB h2d copy from the call to its acked completion, median and p99, for both marker
+//!   timings, and with the waiter's assist off (the engine's worker thread then executes every copy, so the
+//!   completion crosses threads), beside a same-run cache-line ping-pong between two threads; the 4 KiB `d2d`
+//!   sync row carries its round trip too;
+//! - `roundtrip_idle_2ms`, `roundtrip_idle_50ms` — the same round trip after the process slept that long;
+//! - zero-copy (issue 8 §4): a user buffer moved by zero-copy (`h2d_zc`, `d2h_zc`) and by the classic path
+//!   with its bounce copy (`h2d_bounce`, `d2h_bounce`), see `util::zerocopy_bench`;
+//! - `scale` — one submitting thread per NC of a multi-device instance, beside as many memcpy threads;
+//! - `idle_cpu` — what the process uses of a core while idle, after 100 ms;
+//! - the goals of issues 8 and 9, as ratios of figures of this run.
 //!
-//! `--quick` (for tests): one sample, no 256 MiB cases, short streams and fewer round trips.
-//!
-//! [`run`] reads as its steps: the header, the sync cases, the async cases (both on one [`Rig`]), the
-//! throughput table, the round trip, the JSON, and the failures.
+//! `--quick` (for tests): one sample, nothing above 16 MiB, short streams, fewer round trips, small zero-copy
+//! and scale cases.
 
-use std::time::Instant;
+use std::path::Path;
+use std::time::Duration;
 
-use hdrhistogram::Histogram;
-use ndma_emu::ExecPolicy;
+use ndma::Instance;
+use ndma_emu::{ExecPolicy, Testbed, WaitTiming};
 use serde::Serialize;
 
 use crate::cli::BenchArgs;
-use crate::error::{CliError, CliResult, OpContext};
+use crate::error::{CliError, CliResult};
 use crate::util::bed::{testbed, BedOpts, Dir, Window};
+use crate::util::idle_cpu::idle_cpu_percent;
+use crate::util::latency::{roundtrip, Latency};
 use crate::util::measure::Rig;
 use crate::util::output::Out;
+use crate::util::pingpong::pingpong;
+use crate::util::plot::{plot, Curve};
+use crate::util::scale;
 use crate::util::size::fmt_size;
 use crate::util::table::{fmt_gbps, fmt_ratio, Table};
-use crate::util::timing::gbps;
+use crate::util::timing::{gbps, Plan};
+use crate::util::zerocopy_bench::{case_name, Layout, ZcBed, WAYS};
 
 /// The `--json` schema, shown by `ndma bench --help` (the README has the same).
 pub const JSON_SCHEMA: &str = "\
@@ -34,25 +48,39 @@ JSON (--json FILE, or --json - for stdout instead of the report): one object, wr
 failed (they carry `error`; the command then exits non-zero)
   command      \"bench\"
   instance     instance preset, e.g. \"trn1.2xlarge\"
-  statistic    how throughput figures are reduced (best of N interleaved samples)
+  timing       marker-wait timing of the run: \"marker\", or \"driver\" with --driver-timing
+  statistic    how throughput figures are reduced (best and median of N interleaved samples)
   samples      timed samples per case
   quick        whether --quick was given
   cases        one object per case:
-    name                \"h2d\", \"d2h\", \"d2d\", \"h2h\" or \"roundtrip_4k\"
+    name                \"h2d\", \"d2h\", \"d2d\", \"h2h\", \"pipelined_4k\", \"roundtrip_4k\",
+                        \"roundtrip_idle_2ms\", \"roundtrip_idle_50ms\", \"h2d_zc\", \"d2h_zc\", \"h2d_bounce\",
+                        \"d2h_bounce\", \"scale\" or \"idle_cpu\"
     arch                \"v2\" or \"v3\"
-    mode                \"sync\" or \"async\"
+    mode                \"sync\" or \"async\"; zero-copy and bounce rows also \"prepinned\"
     size                bytes per copy
-    gbps                throughput, 10^9 B/s
-    memcpy_gbps         single-thread memcpy of the same bytes, same run
+    gbps                throughput of the best sample, 10^9 B/s (scale: aggregate of all rings)
+    gbps_median         throughput of the median sample
+    memcpy_gbps         single-thread memcpy of the same bytes, same run (scale: as many memcpy threads)
     ratio               gbps / memcpy_gbps
     sync_gbps           async cases: the same stream as sync copies
     async_over_sync     async cases: gbps / sync_gbps
-    stream_copies       async cases: copies in the stream
+    stream_copies       async and pipelined cases: copies in the stream
     stream_window_bytes async cases: bytes of the window the stream cycles over
+    ops_per_s           pipelined_4k: copies per second through AsyncPipeline (best sample)
+    memcpy_ops_per_s    pipelined_4k: the same stream as single-thread memcpys
+    per_op              pipelined_4k: ring counters per copy (doorbells, polls, wait_us)
     timeouts            timed operations that hit the poll budget
-    median_ns, p99_ns   roundtrip_4k: submit to acked completion
+    timing              roundtrip cases: \"marker\" or \"driver\"
+    assist              roundtrip cases: whether waiting threads executed engine work themselves
+    median_ns, p99_ns   roundtrip cases and the 4 KiB d2d row: call to acked completion
+    pingpong_ns         roundtrip_4k: median same-run cache-line ping-pong round trip between two threads
     first_wait_ns       roundtrip_4k: the DHAL's first wait for the batch
+    layout              zero-copy and bounce rows: \"contiguous\" or \"scattered\" (user pages)
+    rings               scale: rings (NCs) driven at once, one thread each
+    cpu_percent         idle_cpu: CPU the process used while idle, percent of one core
     error               why the case failed (then no figures)
+  goals        the goals of issues 8 and 9: goal, value, target, met (see the README)
   Fields that do not apply to a case are absent.";
 
 /// Sizes of the sync cases.
@@ -61,21 +89,39 @@ pub const SYNC_SIZES: [u64; 5] = [4096, 65536, 1 << 20, 16 << 20, 256 << 20];
 pub const ASYNC_SIZES: [u64; 3] = [65536, 1 << 20, 16 << 20];
 /// Directions of the async cases.
 pub const ASYNC_DIRS: [Dir; 2] = [Dir::H2d, Dir::D2h];
+/// Sizes of the zero-copy cases.
+pub const ZC_SIZES: [u64; 4] = [65536, 1 << 20, 16 << 20, 256 << 20];
+/// Ring counts of the scale case.
+pub const SCALE_RINGS: [usize; 6] = [1, 2, 4, 8, 16, 32];
+
+/// Ring counters per copy of the pipelined case.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PerOp {
+    /// Doorbell writes per copy.
+    pub doorbells: f64,
+    /// Marker polls per copy.
+    pub polls: f64,
+    /// Poll budget consumed per copy, µs.
+    pub wait_us: f64,
+}
 
 /// One line of the JSON report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Case {
-    /// `h2d`, `d2h`, `d2d`, `h2h` or `roundtrip_4k`.
+    /// The case (see [`JSON_SCHEMA`]).
     pub name: String,
     /// `v2` or `v3`.
     pub arch: String,
-    /// `sync` or `async`.
+    /// `sync`, `async` or `prepinned`.
     pub mode: &'static str,
     /// Bytes per copy.
     pub size: u64,
-    /// Throughput (10⁹ B/s).
+    /// Throughput of the best sample (10⁹ B/s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gbps: Option<f64>,
+    /// Throughput of the median sample.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gbps_median: Option<f64>,
     /// Single-thread memcpy of the same bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memcpy_gbps: Option<f64>,
@@ -88,27 +134,54 @@ pub struct Case {
     /// Async cases: `gbps / sync_gbps`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub async_over_sync: Option<f64>,
-    /// Copies in an async stream.
+    /// Copies in an async or pipelined stream.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_copies: Option<u64>,
-    /// Poll budgets that ran out during the timed operations.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeouts: Option<u64>,
-    /// Why the case failed (no figures then).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
     /// Async cases: bytes of the window the stream cycles over (source and destination each).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_window_bytes: Option<u64>,
+    /// Pipelined: copies per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_per_s: Option<f64>,
+    /// Pipelined: the same stream as memcpys, per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memcpy_ops_per_s: Option<f64>,
+    /// Pipelined: ring counters per copy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_op: Option<PerOp>,
+    /// Poll budgets that ran out during the timed operations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<u64>,
+    /// Round trips: the marker timing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timing: Option<&'static str>,
+    /// Round trips: whether waiters executed engine work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assist: Option<bool>,
     /// Round trip: median ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub median_ns: Option<u64>,
     /// Round trip: 99th percentile ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p99_ns: Option<u64>,
+    /// Round trip: the same-run two-thread ping-pong median, ns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pingpong_ns: Option<u64>,
     /// Round trip: the DHAL's first wait for the batch (1 data + 1 marker descriptor), ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_wait_ns: Option<u64>,
+    /// Zero-copy and bounce rows: the user buffer's layout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<&'static str>,
+    /// Scale: rings driven at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rings: Option<usize>,
+    /// Idle CPU, percent of one core.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_percent: Option<f64>,
+    /// Why the case failed (no figures then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl Case {
@@ -119,19 +192,52 @@ impl Case {
             mode,
             size,
             gbps: None,
+            gbps_median: None,
             memcpy_gbps: None,
             ratio: None,
             sync_gbps: None,
             async_over_sync: None,
             stream_copies: None,
-            timeouts: None,
-            error: None,
             stream_window_bytes: None,
+            ops_per_s: None,
+            memcpy_ops_per_s: None,
+            per_op: None,
+            timeouts: None,
+            timing: None,
+            assist: None,
             median_ns: None,
             p99_ns: None,
+            pingpong_ns: None,
             first_wait_ns: None,
+            layout: None,
+            rings: None,
+            cpu_percent: None,
+            error: None,
         }
     }
+
+    fn throughput(&mut self, bytes: u64, best: Duration, median: Duration, memcpy: Duration) {
+        let (g, mg) = (gbps(bytes, best), gbps(bytes, memcpy));
+        (self.gbps, self.gbps_median, self.memcpy_gbps, self.ratio) =
+            (Some(g), Some(gbps(bytes, median)), Some(mg), Some(g / mg));
+    }
+
+    fn latency(&mut self, l: Latency) {
+        (self.median_ns, self.p99_ns) = (Some(l.median_ns), Some(l.p99_ns));
+    }
+}
+
+/// One goal of issues 8 and 9, checked against this run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Goal {
+    /// What is compared.
+    pub goal: String,
+    /// The measured ratio (or figure).
+    pub value: f64,
+    /// The bound it must meet.
+    pub target: String,
+    /// Whether it does.
+    pub met: bool,
 }
 
 /// The JSON report.
@@ -141,6 +247,8 @@ pub struct Report {
     pub command: &'static str,
     /// Instance preset.
     pub instance: String,
+    /// `marker` or `driver`.
+    pub timing: &'static str,
     /// How throughput figures are reduced.
     pub statistic: String,
     /// Timed samples per case.
@@ -149,38 +257,67 @@ pub struct Report {
     pub quick: bool,
     /// The figures.
     pub cases: Vec<Case>,
+    /// The goals.
+    pub goals: Vec<Goal>,
 }
 
 /// Bench parameters.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Params {
+    quick: bool,
     samples: u32,
     max_size: u64,
     stream_bytes: u64,
     min_stream_copies: u64,
     stream_window: u64,
+    pipelined: u64,
     roundtrips: usize,
+    idle_2ms: usize,
+    idle_50ms: usize,
+    zc_sizes: Vec<u64>,
+    scale_rings: Vec<usize>,
+    scale_size: u64,
+    scale_copies: u32,
+    idle_window: Duration,
 }
 
 impl Params {
     fn new(quick: bool) -> Params {
         if quick {
             Params {
+                quick,
                 samples: 1,
                 max_size: 16 << 20,
                 stream_bytes: 8 << 20,
                 min_stream_copies: 2,
                 stream_window: 4 << 20,
+                pipelined: 5_000,
                 roundtrips: 2000,
+                idle_2ms: 10,
+                idle_50ms: 2,
+                zc_sizes: vec![65536, 1 << 20],
+                scale_rings: vec![1, 2],
+                scale_size: 1 << 20,
+                scale_copies: 1,
+                idle_window: Duration::from_millis(200),
             }
         } else {
             Params {
+                quick,
                 samples: 5,
                 max_size: 256 << 20,
                 stream_bytes: 64 << 20,
                 min_stream_copies: 8,
                 stream_window: 4 << 20,
+                pipelined: 200_000,
                 roundtrips: 50_000,
+                idle_2ms: 300,
+                idle_50ms: 40,
+                zc_sizes: ZC_SIZES.to_vec(),
+                scale_rings: SCALE_RINGS.to_vec(),
+                scale_size: 16 << 20,
+                scale_copies: 4,
+                idle_window: Duration::from_secs(1),
             }
         }
     }
@@ -203,6 +340,10 @@ impl Results {
         self.cases.push(c);
     }
 
+    fn find(&self, pred: impl Fn(&Case) -> bool) -> Option<&Case> {
+        self.cases.iter().find(|c| c.error.is_none() && pred(c))
+    }
+
     /// Ok, or the first failure (the others, and how many failed, on stderr).
     fn finish(mut self) -> CliResult {
         match self.failures.len() {
@@ -218,15 +359,27 @@ impl Results {
     }
 }
 
+fn timing_name(t: WaitTiming) -> &'static str {
+    match t {
+        WaitTiming::Marker => "marker",
+        WaitTiming::Driver => "driver",
+    }
+}
+
 /// What the figures mean, before the table.
 fn print_header(out: Out, opts: BedOpts, arch: &str, statistic: &str, quick: bool) {
     out.say(format_args!(
-        "ndma bench on an emulated {} ({arch}), NC 0, threaded engines, {} poll budgets; throughput = {statistic}; \
-         GB/s = 10⁹ B/s{}",
+        "ndma bench on an emulated {} ({arch}), NC 0, threaded engines, {} poll budgets, {} timing; throughput = \
+         {statistic}; GB/s = 10⁹ B/s{}",
         opts.instance.name,
         if opts.emulation_budgets { "emulation" } else { "silicon" },
-        if quick { "; --quick: 1 sample, no 256 MiB cases, short streams" } else { "" }
+        timing_name(opts.timing),
+        if quick { "; --quick: 1 sample, nothing above 16 MiB, short streams" } else { "" }
     ));
+    out.say(
+        "A waiting thread executes engine work nobody else is executing (the assist): a sync copy mostly runs on \
+         the caller's thread; the round trip is also shown with the assist off (the worker thread does it all).",
+    );
     out.say(
         "async rows: a stream of copies cycling over a window (×copies/window), beside the same stream as sync copies",
     );
@@ -239,8 +392,7 @@ fn sync_cases(rig: &mut Rig<'_>, arch: &str, p: &Params, res: &mut Results) {
         for size in SYNC_SIZES.into_iter().filter(|&s| s <= p.max_size) {
             let mut c = Case::new(dir.name(), arch, "sync", size);
             let r = rig.sync_copy(dir, size).map(|m| {
-                let (g, mg) = (gbps(size, m.op), gbps(size, m.memcpy));
-                (c.gbps, c.memcpy_gbps, c.ratio) = (Some(g), Some(mg), Some(g / mg));
+                c.throughput(size, m.op, m.op_median, m.memcpy);
                 c.timeouts = Some(m.stats.timeouts);
             });
             res.push(c, r);
@@ -259,14 +411,55 @@ fn async_cases(rig: &mut Rig<'_>, arch: &str, p: &Params, res: &mut Results) {
             c.stream_copies = Some(count);
             let r = rig.stream(dir, size, count, slots).map(|s| {
                 let bytes = size * count;
-                let (g, sg, mg) = (gbps(bytes, s.async_t), gbps(bytes, s.sync_t), gbps(bytes, s.memcpy_t));
-                (c.gbps, c.memcpy_gbps, c.ratio) = (Some(g), Some(mg), Some(g / mg));
-                (c.sync_gbps, c.async_over_sync) = (Some(sg), Some(g / sg));
+                c.throughput(bytes, s.async_t, s.async_median, s.memcpy_t);
+                let sg = gbps(bytes, s.sync_t);
+                (c.sync_gbps, c.async_over_sync) = (Some(sg), c.gbps.map(|g| g / sg));
                 c.timeouts = Some(s.async_stats.timeouts + s.sync_stats.timeouts);
             });
             res.push(c, r);
         }
     }
+}
+
+/// 4 KiB h2d copies pipelined over one buffer, in copies per second, with the ring counters per copy.
+fn pipelined_case(rig: &mut Rig<'_>, arch: &str, p: &Params, out: Out, res: &mut Results) {
+    const SIZE: u64 = 4096;
+    let mut c = Case::new("pipelined_4k", arch, "async", SIZE);
+    c.stream_copies = Some(p.pipelined);
+    let r = rig.stream(Dir::H2d, SIZE, p.pipelined, 1).map(|s| {
+        let n = p.pipelined as f64;
+        let ops = n / s.async_t.as_secs_f64();
+        let mops = n / s.memcpy_t.as_secs_f64();
+        c.throughput(SIZE * p.pipelined, s.async_t, s.async_median, s.memcpy_t);
+        (c.ops_per_s, c.memcpy_ops_per_s) = (Some(ops), Some(mops));
+        c.sync_gbps = Some(gbps(SIZE * p.pipelined, s.sync_t));
+        let st = s.async_stats;
+        let copies = st.transfers.max(1) as f64;
+        let per = PerOp {
+            doorbells: st.doorbells as f64 / copies,
+            polls: st.polls as f64 / copies,
+            wait_us: st.wait_us as f64 / copies,
+        };
+        c.per_op = Some(per);
+        c.timeouts = Some(st.timeouts);
+        out.say(format_args!(
+            "pipelined_4k (AsyncPipeline, {} h2d copies over one 4 KiB buffer): {:.2} Mops/s best, {:.2} Mops/s \
+             median (sync copies {:.2} Mops/s; memcpy {:.2} Mops/s); per copy {:.1} doorbells, {:.2} polls, {:.2} \
+             µs of poll budget",
+            p.pipelined,
+            ops / 1e6,
+            n / s.async_median.as_secs_f64() / 1e6,
+            n / s.sync_t.as_secs_f64() / 1e6,
+            mops / 1e6,
+            per.doorbells,
+            per.polls,
+            per.wait_us,
+        ));
+    });
+    if let Err(e) = &r {
+        out.say(format_args!("pipelined_4k: FAILED: {e}"));
+    }
+    res.push(c, r);
 }
 
 /// The throughput cases as a table (a failed case's row says FAILED).
@@ -276,6 +469,7 @@ fn throughput_table(cases: &[Case]) -> Table {
         "mode",
         ">size",
         ">GB/s",
+        ">median GB/s",
         ">memcpy GB/s",
         ">ratio",
         ">sync GB/s",
@@ -291,6 +485,7 @@ fn throughput_table(cases: &[Case]) -> Table {
         match (c.gbps, c.memcpy_gbps, c.ratio) {
             (Some(g), Some(mg), Some(r)) => row.extend([
                 fmt_gbps(g),
+                c.gbps_median.map(fmt_gbps).unwrap_or_default(),
                 fmt_gbps(mg),
                 fmt_ratio(r),
                 c.sync_gbps.map(fmt_gbps).unwrap_or_default(),
@@ -304,30 +499,323 @@ fn throughput_table(cases: &[Case]) -> Table {
     t
 }
 
-/// The 4 KiB round trip, printed and recorded.
-fn roundtrip_case(
-    dev: &ndma::NeuronDevice,
-    emu: &ndma_emu::EmuDevice,
-    arch: &str,
-    n: usize,
-    out: Out,
-    res: &mut Results,
-) {
-    match roundtrip(dev, emu, arch, n) {
-        Ok(rt) => {
-            let (med, p99, fw) = (rt.median_ns.unwrap_or(0), rt.p99_ns.unwrap_or(0), rt.first_wait_ns.unwrap_or(0));
+/// Round trips of 4 KiB copies: the ping-pong floor, h2d for both timings with the assist on and off, the
+/// 4 KiB d2d row's, and h2d after idleness.
+fn latency_cases(tb: &Testbed, opts: BedOpts, arch: &str, p: &Params, out: Out, res: &mut Results) {
+    const SIZE: u64 = 4096;
+    let (dev, emu) = tb.device(0);
+    let warm = (p.roundtrips / 10).max(100);
+    let pp = pingpong(p.roundtrips);
+    out.say(format_args!(
+        "pingpong (two threads, one cache line each way, {} round trips): median {} ns, p99 {} ns — the floor of any \
+         two-thread completion",
+        p.roundtrips, pp.median_ns, pp.p99_ns
+    ));
+    let first_wait_ns = dev.dhal().wait_budget(2, false).first_wait_us * 1000;
+    let window = |dir| Window::new(dev, emu, dir, SIZE, 0, 0x4b);
+    let h2d = match window(Dir::H2d) {
+        Ok(w) => w,
+        Err(e) => return res.push(Case::new("roundtrip_4k", arch, "sync", SIZE), Err(e)),
+    };
+    for (timing, assist) in [
+        (WaitTiming::Marker, true),
+        (WaitTiming::Driver, true),
+        (WaitTiming::Marker, false),
+        (WaitTiming::Driver, false),
+    ] {
+        tb.platform.set_timing(timing);
+        tb.platform.set_assist(assist);
+        let mut c = Case::new("roundtrip_4k", arch, "sync", SIZE);
+        (c.timing, c.assist, c.pingpong_ns, c.first_wait_ns) =
+            (Some(timing_name(timing)), Some(assist), Some(pp.median_ns), Some(first_wait_ns));
+        let what =
+            format!("roundtrip_4k ({} timing, assist {})", timing_name(timing), if assist { "on" } else { "off" });
+        let r = roundtrip(&h2d, SIZE, p.roundtrips, warm, Duration::ZERO, &what).map(|l| {
+            c.latency(l);
             out.say(format_args!(
-                "roundtrip_4k (h2d, submit → acked completion, {n} iterations): median {med} ns, p99 {p99} ns; DHAL \
-                 first wait {fw} ns; median above the first wait: {} ns",
-                med as i64 - fw as i64
+                "{what}: median {} ns ({:.2}× ping-pong), p99 {} ns; DHAL first wait {first_wait_ns} ns",
+                l.median_ns,
+                l.median_ns as f64 / pp.median_ns.max(1) as f64,
+                l.p99_ns
             ));
-            res.push(rt, Ok(()));
+        });
+        res.push(c, r);
+    }
+    tb.platform.set_timing(opts.timing);
+    tb.platform.set_assist(true);
+    // The 4 KiB d2d sync row gets its round trip.
+    let d2d =
+        window(Dir::D2d).and_then(|w| roundtrip(&w, SIZE, p.roundtrips, warm, Duration::ZERO, "d2d 4 KiB round trip"));
+    match d2d {
+        Ok(l) => {
+            if let Some(c) = res.cases.iter_mut().find(|c| c.name == "d2d" && c.mode == "sync" && c.size == SIZE) {
+                c.latency(l);
+            }
+            out.say(format_args!("d2d 4 KiB sync round trip: median {} ns, p99 {} ns", l.median_ns, l.p99_ns));
         }
-        Err(e) => {
-            out.say(format_args!("roundtrip_4k: FAILED: {e}"));
-            res.push(Case::new("roundtrip_4k", arch, "sync", 4096), Err(e));
+        Err(e) => res.push(Case::new("d2d", arch, "sync", SIZE), Err(e)),
+    }
+    for (name, idle, n) in [
+        ("roundtrip_idle_2ms", Duration::from_millis(2), p.idle_2ms),
+        ("roundtrip_idle_50ms", Duration::from_millis(50), p.idle_50ms),
+    ] {
+        let mut c = Case::new(name, arch, "sync", SIZE);
+        c.timing = Some(timing_name(opts.timing));
+        c.assist = Some(true);
+        let r = roundtrip(&h2d, SIZE, n, 10, idle, name).map(|l| {
+            c.latency(l);
+            out.say(format_args!(
+                "{name} (h2d 4 KiB after {} ms asleep, {n} times): median {} ns, p99 {} ns",
+                idle.as_millis(),
+                l.median_ns,
+                l.p99_ns
+            ));
+        });
+        res.push(c, r);
+    }
+}
+
+/// The instance the zero-copy rows run on: the bench's if it is V3 (zero-copy is on there), else one V3
+/// device (the driver offers async zero-copy only on V3).
+fn zc_testbed(opts: BedOpts) -> CliResult<Testbed> {
+    let instance = if opts.instance.arch == udma::Arch::V3 {
+        opts.instance
+    } else {
+        Instance { name: "trn2.48xlarge", arch: udma::Arch::V3, devices: 1 }
+    };
+    testbed(BedOpts { instance, ..opts }, ExecPolicy::Threaded)
+}
+
+/// Zero-copy and bounce rows over user buffers of every size and layout.
+fn zc_cases(opts: BedOpts, rig: &mut Rig<'_>, p: &Params, out: Out, res: &mut Results) {
+    let first = res.cases.len();
+    let tb = match zc_testbed(opts) {
+        Ok(tb) => tb,
+        Err(e) => return res.push(Case::new("h2d_zc", "v3", "sync", 0), Err(e)),
+    };
+    let arch = tb.system.devices()[0].dhal().arch().to_string();
+    out.say(format_args!(
+        "zero-copy rows: a user buffer on {arch} (device 0 of a V3 instance), zero-copy vs the classic path with its \
+         bounce copy (CPU copy + DMA, both timed); async zero-copy: ≤ 16 MiB requests, ≤ 8 in flight; async bounce: \
+         4 MiB pieces through AsyncPipeline"
+    ));
+    let mut bed = match ZcBed::new(&tb) {
+        Ok(b) => b,
+        Err(e) => return res.push(Case::new("h2d_zc", &arch, "sync", 0), Err(e)),
+    };
+    for &size in &p.zc_sizes {
+        for layout in Layout::ALL {
+            let buf = match bed.buffer(size, layout) {
+                Ok(b) => b,
+                Err(e) => {
+                    res.push(Case::new("h2d_zc", &arch, "sync", size), Err(e));
+                    continue;
+                }
+            };
+            for to_device in [true, false] {
+                for (way, mode) in WAYS {
+                    let mut c = Case::new(case_name(way, to_device), &arch, mode.name(), size);
+                    c.layout = Some(layout.name());
+                    let plan = Plan::for_size(size, p.samples);
+                    let r = bed.measure(&buf, way, mode, to_device, plan, &mut rig.baseline).and_then(|f| {
+                        c.throughput(size, f.op.best(), f.op.median(), f.memcpy.best());
+                        match bed.pinned_frames() {
+                            0 => Ok(()),
+                            n => Err(CliError::Verify(format!("{n} frames still pinned after {}", c.name))),
+                        }
+                    });
+                    res.push(c, r);
+                }
+            }
+            if let Err(e) = bed.release(buf) {
+                res.push(Case::new("h2d_zc", &arch, "sync", size), Err(e));
+            }
         }
     }
+    out.text(&zc_table(&res.cases[first..]).render());
+}
+
+fn zc_table(cases: &[Case]) -> Table {
+    let mut t = Table::new(&["case", "mode", "layout", ">size", ">GB/s", ">median GB/s", ">memcpy GB/s", ">ratio"]);
+    for c in cases {
+        let mut row = vec![c.name.clone(), c.mode.to_string(), c.layout.unwrap_or("").to_string(), fmt_size(c.size)];
+        match (c.gbps, c.gbps_median, c.memcpy_gbps, c.ratio) {
+            (Some(g), Some(gm), Some(mg), Some(r)) => {
+                row.extend([fmt_gbps(g), fmt_gbps(gm), fmt_gbps(mg), fmt_ratio(r)])
+            }
+            _ => row.push("FAILED".into()),
+        }
+        t.row(row);
+    }
+    t
+}
+
+/// The multi-device instance of the scale case: the bench's own if it has several devices, else
+/// trn1.32xlarge.
+fn scale_instance(opts: BedOpts) -> Instance {
+    if opts.instance.devices > 1 {
+        opts.instance
+    } else {
+        Instance::TRN1_32XLARGE
+    }
+}
+
+/// One submitting thread per NC, at growing ring counts, beside as many memcpy threads.
+fn scale_cases(opts: BedOpts, p: &Params, out: Out, res: &mut Results) {
+    let instance = scale_instance(opts);
+    let arch = instance.arch.to_string();
+    let built = testbed(BedOpts { instance, ..opts }, ExecPolicy::Threaded);
+    let tb = match built {
+        Ok(tb) => tb,
+        Err(e) => return res.push(Case::new("scale", &arch, "sync", p.scale_size), Err(e)),
+    };
+    let mut lanes = match scale::lanes(&tb, p.scale_size) {
+        Ok(l) => l,
+        Err(e) => return res.push(Case::new("scale", &arch, "sync", p.scale_size), Err(e)),
+    };
+    out.say(format_args!(
+        "scale ({}, one thread per NC, {} × {} h2d sync copies each, all at once; memcpy: as many threads, same \
+         copies):",
+        instance.name,
+        p.scale_copies,
+        fmt_size(p.scale_size)
+    ));
+    let mut t = Table::new(&["rings", ">GB/s", ">median GB/s", ">memcpy GB/s", ">ratio"]);
+    let most = lanes.len();
+    for &rings in p.scale_rings.iter().filter(|&&r| r <= most) {
+        let mut c = Case::new("scale", &arch, "sync", p.scale_size);
+        c.rings = Some(rings);
+        let bytes = p.scale_size * u64::from(p.scale_copies) * rings as u64;
+        let r = scale::measure(&mut lanes[..rings], p.scale_size, p.scale_copies, p.samples).map(|s| {
+            c.throughput(bytes, s.dma.best(), s.dma.median(), s.memcpy.best());
+        });
+        match (&r, c.gbps, c.gbps_median, c.memcpy_gbps, c.ratio) {
+            (Ok(()), Some(g), Some(gm), Some(mg), Some(ra)) => {
+                t.row(vec![rings.to_string(), fmt_gbps(g), fmt_gbps(gm), fmt_gbps(mg), fmt_ratio(ra)])
+            }
+            _ => t.row(vec![rings.to_string(), "FAILED".into()]),
+        }
+        res.push(c, r);
+    }
+    out.text(&t.render());
+}
+
+/// The goals of issues 8 and 9 from this run's figures.
+fn goals(res: &Results) -> Vec<Goal> {
+    let mut g = Vec::new();
+    let mut add = |goal: String, value: Option<f64>, target: &str, met: fn(f64) -> bool| {
+        if let Some(v) = value {
+            g.push(Goal { goal, value: v, target: target.into(), met: met(v) });
+        }
+    };
+    let sync = |name: &str, size: u64| res.find(|c| c.name == name && c.mode == "sync" && c.size == size);
+    for name in ["h2d", "d2h", "h2h"] {
+        add(format!("{name} 1 MiB sync / memcpy"), sync(name, 1 << 20).and_then(|c| c.ratio), "≥ 0.8", |v| v >= 0.8);
+    }
+    for name in ["h2d", "d2h", "h2h", "d2d"] {
+        add(format!("{name} 64 KiB sync / memcpy"), sync(name, 65536).and_then(|c| c.ratio), "≥ 0.5", |v| v >= 0.5);
+    }
+    for name in ["h2d", "d2h", "h2h", "d2d"] {
+        add(format!("{name} 256 MiB sync / memcpy"), sync(name, 256 << 20).and_then(|c| c.ratio), "≥ 0.95", |v| {
+            v >= 0.95
+        });
+    }
+    let rt = |timing: &str, assist: bool| {
+        res.find(|c| c.name == "roundtrip_4k" && c.timing == Some(timing) && c.assist == Some(assist))
+    };
+    for (timing, assist) in [("marker", true), ("marker", false), ("driver", true), ("driver", false)] {
+        let v = rt(timing, assist).and_then(|c| Some(c.median_ns? as f64 / c.pingpong_ns?.max(1) as f64));
+        let what = format!("4 KiB round trip median / ping-pong ({timing} timing, assist {})", on_off(assist));
+        add(what, v, "≤ 2", |v| v <= 2.0);
+    }
+    let h2d_rt = rt("marker", true).and_then(|c| c.median_ns);
+    let d2d_rt = sync("d2d", 4096).and_then(|c| c.median_ns);
+    add(
+        "4 KiB d2d sync round trip / 4 KiB h2d round trip".into(),
+        d2d_rt.zip(h2d_rt).map(|(d, h)| d as f64 / h.max(1) as f64),
+        "≤ 2",
+        |v| v <= 2.0,
+    );
+    let pipelined = res.find(|c| c.name == "pipelined_4k").and_then(|c| c.ops_per_s);
+    add("pipelined 4 KiB copies, Mops/s".into(), pipelined.map(|o| o / 1e6), "≥ 2.5", |v| v >= 2.5);
+    let idle = res.find(|c| c.name == "roundtrip_idle_2ms").and_then(|c| c.median_ns);
+    add("round trip after 2 ms idle, median µs".into(), idle.map(|n| n as f64 / 1e3), "≤ 50", |v| v <= 50.0);
+    let cpu = res.find(|c| c.name == "idle_cpu").and_then(|c| c.cpu_percent);
+    add("idle process after 100 ms, % of a core".into(), cpu, "< 5", |v| v < 5.0);
+    let scale: Vec<&Case> = res.cases.iter().filter(|c| c.name == "scale" && c.error.is_none()).collect();
+    if let (Some(first), Some(last)) = (scale.first(), scale.last()) {
+        let v = last.ratio.zip(first.ratio).map(|(l, f)| l / f);
+        let what = format!(
+            "scale: ratio at {} rings / ratio at {} ring(s)",
+            last.rings.unwrap_or(0),
+            first.rings.unwrap_or(0)
+        );
+        add(what, v, "≥ 0.8 (no collapse)", |v| v >= 0.8);
+    }
+    let zc = |name: &str, mode: &str, layout: &str, size: u64| {
+        res.find(|c| c.name == name && c.mode == mode && c.layout == Some(layout) && c.size == size)
+            .and_then(|c| c.gbps)
+    };
+    let big = 256 << 20;
+    add(
+        "zero-copy h2d 256 MiB contiguous / bounce + classic (sync)".into(),
+        zc("h2d_zc", "sync", "contiguous", big).zip(zc("h2d_bounce", "sync", "contiguous", big)).map(|(a, b)| a / b),
+        "≥ 1.3",
+        |v| v >= 1.3,
+    );
+    for size in [1 << 20, big] {
+        add(
+            format!("zero-copy h2d {} scattered / contiguous (sync)", fmt_size(size)),
+            zc("h2d_zc", "sync", "scattered", size).zip(zc("h2d_zc", "sync", "contiguous", size)).map(|(a, b)| a / b),
+            "≥ 0.8",
+            |v| v >= 0.8,
+        );
+    }
+    add(
+        "zero-copy h2d 1 MiB pre-pinned / pinning every time".into(),
+        zc("h2d_zc", "prepinned", "contiguous", 1 << 20)
+            .zip(zc("h2d_zc", "sync", "contiguous", 1 << 20))
+            .map(|(a, b)| a / b),
+        "≥ 1.2",
+        |v| v >= 1.2,
+    );
+    g
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+fn goals_table(goals: &[Goal]) -> Table {
+    let mut t = Table::new(&["goal", ">value", "target", "met"]);
+    for g in goals {
+        t.row(vec![
+            g.goal.clone(),
+            format!("{:.2}", g.value),
+            g.target.clone(),
+            if g.met { "yes" } else { "NO" }.into(),
+        ]);
+    }
+    t
+}
+
+/// GB/s against size per direction of the sync rows.
+fn curves(cases: &[Case]) -> Vec<Curve> {
+    Dir::ALL
+        .iter()
+        .map(|d| Curve {
+            title: format!("{} sync ({})", d.name(), d.long_name()),
+            points: cases
+                .iter()
+                .filter(|c| c.name == d.name() && c.mode == "sync")
+                .filter_map(|c| Some((c.size, c.gbps?, c.gbps_median?, c.memcpy_gbps?)))
+                .collect(),
+        })
+        .collect()
 }
 
 /// Runs `ndma bench`.
@@ -335,55 +823,51 @@ fn roundtrip_case(
 /// # Errors
 ///
 /// Set-up, op-layer and verification failures (after every case ran and the JSON was written), and failure
-/// to write the JSON file.
+/// to write the JSON file or the plot.
 pub fn run(opts: BedOpts, a: &BenchArgs) -> CliResult {
     let p = Params::new(a.quick);
     let tb = testbed(opts, ExecPolicy::Threaded)?;
     let (dev, emu) = tb.device(0);
     let arch = dev.dhal().arch().to_string();
     let out = a.json.out();
-    let statistic = format!("best of {} interleaved samples (DMA and memcpy alike)", p.samples);
+    let statistic = format!("best (and median) of {} interleaved samples (DMA and memcpy alike)", p.samples);
     print_header(out, opts, &arch, &statistic, a.quick);
     let mut res = Results::default();
     let mut rig = Rig::new(dev, emu, 0, p.samples, p.max_size)?;
     sync_cases(&mut rig, &arch, &p, &mut res);
     async_cases(&mut rig, &arch, &p, &mut res);
-    drop(rig);
     out.text(&throughput_table(&res.cases).render());
-    roundtrip_case(dev, emu, &arch, p.roundtrips, out, &mut res);
+    pipelined_case(&mut rig, &arch, &p, out, &mut res);
+    latency_cases(&tb, opts, &arch, &p, out, &mut res);
+    zc_cases(opts, &mut rig, &p, out, &mut res);
+    drop(rig);
+    scale_cases(opts, &p, out, &mut res);
+    let mut idle = Case::new("idle_cpu", &arch, "sync", 0);
+    let cpu = idle_cpu_percent(Duration::from_millis(100), p.idle_window);
+    idle.cpu_percent = Some(cpu);
+    out.say(format_args!(
+        "idle_cpu: {cpu:.2} % of a core over {} ms, after 100 ms idle (engine workers dozing or parked)",
+        p.idle_window.as_millis()
+    ));
+    res.push(idle, Ok(()));
+    let goals = goals(&res);
+    out.say("goals (issues 8 and 9), ratios of figures of this run:");
+    out.text(&goals_table(&goals).render());
+    if let Some(path) = &a.plot {
+        let title = format!("ndma bench: {} ({arch}), {} timing", opts.instance.name, timing_name(opts.timing));
+        plot(Path::new(path), &title, &curves(&res.cases))?;
+        out.say(format_args!("plot written to {}", path.display()));
+    }
     let report = Report {
         command: "bench",
         instance: opts.instance.name.into(),
+        timing: timing_name(opts.timing),
         statistic,
         samples: p.samples,
-        quick: a.quick,
+        quick: p.quick,
         cases: std::mem::take(&mut res.cases),
+        goals,
     };
     out.wrote(a.json.write(&report)?);
     res.finish()
-}
-
-/// Many 4 KiB h2d copies, each timed from submit to the return of `memcpy_mc` (marker seen, batch acked);
-/// median and p99 from an HDR histogram (3 significant figures).
-fn roundtrip(dev: &ndma::NeuronDevice, emu: &ndma_emu::EmuDevice, arch: &str, n: usize) -> CliResult<Case> {
-    const SIZE: u64 = 4096;
-    let w = Window::new(dev, emu, Dir::H2d, SIZE, 0, 0x4b)?;
-    for _ in 0..(n / 10).max(100) {
-        w.copy(0, SIZE).op_ctx(|| "roundtrip_4k warm-up")?;
-    }
-    w.reset_dst()?;
-    // Up to 60 s per round trip (a silicon-budget timeout is far shorter), 3 significant figures: constants
-    // the constructor accepts.
-    let mut ns = Histogram::<u64>::new_with_max(60_000_000_000, 3).expect("valid histogram bounds");
-    for _ in 0..n {
-        let t0 = Instant::now();
-        w.copy(0, SIZE).op_ctx(|| "roundtrip_4k")?;
-        ns.saturating_record(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
-    }
-    w.verify("roundtrip_4k", true)?;
-    let mut c = Case::new("roundtrip_4k", arch, "sync", SIZE);
-    c.median_ns = Some(ns.value_at_quantile(0.5));
-    c.p99_ns = Some(ns.value_at_quantile(0.99));
-    c.first_wait_ns = Some(dev.dhal().wait_budget(2, false).first_wait_us * 1000);
-    Ok(c)
 }

@@ -4,10 +4,8 @@
 //! of the same bytes, and checked byte for byte.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use ndma::zerocopy::NEURON_DMA_H2T_DEFAULT_QID;
-use ndma::StatsSnapshot;
 use ndma_emu::{AddressSpace, ExecPolicy};
 use serde::Serialize;
 
@@ -252,23 +250,9 @@ fn zc_copy(rig: &mut Rig<'_>, mm: &Arc<AddressSpace>, dir: UserDir, size: u64) -
     w.reset_dst(emu)?;
     let plan = Plan::for_size(size, rig.samples);
     rig.baseline.prepare(size);
-    let (mut best, mut best_memcpy, mut stats) = (Duration::MAX, Duration::MAX, StatsSnapshot::default());
-    for _ in 0..plan.samples {
-        let before = dev.ring_stats(nc).op_ctx(|| "reading ring counters")?;
-        let t0 = Instant::now();
-        for _ in 0..plan.iters {
-            submit().op_ctx(|| what.clone())?;
-        }
-        best = best.min(t0.elapsed() / plan.iters as u32);
-        stats = stats.merged(&dev.ring_stats(nc).op_ctx(|| "reading ring counters")?.since(&before));
-        let t0 = Instant::now();
-        for _ in 0..plan.iters {
-            rig.baseline.copy_once(size);
-        }
-        best_memcpy = best_memcpy.min(t0.elapsed() / plan.iters as u32);
-    }
+    let (op, memcpy, stats) = rig.interleaved(plan, &what, submit, |b| b.copy_once(size))?;
     w.verify(emu, &what)?;
-    Ok(Measured { op: best, memcpy: best_memcpy, stats, ops: u64::from(plan.samples) * plan.iters })
+    Ok(Measured::new(&op, &memcpy, stats, u64::from(plan.samples) * plan.iters))
 }
 
 /// The cases as the human table.

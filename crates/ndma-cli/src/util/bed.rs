@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use ndma::{Instance, MemChunk, NeuronDevice};
-use ndma_emu::{EmuDevice, ExecPolicy, Testbed, TestbedConfig};
+use ndma_emu::{EmuDevice, ExecPolicy, Testbed, TestbedConfig, WaitTiming};
 
 use super::pattern::{fill_chunk, verify_chunk, write_pattern, Expect};
 use crate::error::{CliError, CliResult, OpContext};
@@ -21,9 +21,12 @@ pub struct BedOpts {
     pub instance: Instance,
     /// Scale poll budgets as on an emulation platform (×100000) instead of silicon budgets.
     pub emulation_budgets: bool,
+    /// How the platform times the op layer's marker waits (`--driver-timing`: [`WaitTiming::Driver`]).
+    pub timing: WaitTiming,
 }
 
-/// Builds the instance with `exec` engines, the default (relaxed) fabric ordering and a real clock.
+/// Builds the instance with `exec` engines, the default (relaxed) fabric ordering, a real clock and
+/// `opts.timing`.
 ///
 /// # Errors
 ///
@@ -32,10 +35,12 @@ pub fn testbed(opts: BedOpts, exec: ExecPolicy) -> CliResult<Testbed> {
     let mut cfg = TestbedConfig::new(opts.instance);
     cfg.exec = exec;
     cfg.emulation_budgets = opts.emulation_budgets;
+    cfg.timing = opts.timing;
     tracing::debug!(
         instance = opts.instance.name,
         ?exec,
         emulation_budgets = opts.emulation_budgets,
+        timing = ?opts.timing,
         "building testbed"
     );
     Ok(Testbed::new(cfg)?)

@@ -10,7 +10,7 @@ use ndma_emu::EmuDevice;
 
 use super::bed::{alloc, Dir, Window, GUARD};
 use super::pattern::{fill_chunk, verify_chunk, Expect};
-use super::timing::{Baseline, Plan};
+use super::timing::{Baseline, Plan, Samples};
 use crate::error::{CliResult, OpContext};
 
 /// Timings of one case.
@@ -20,13 +20,31 @@ pub struct Measured {
     pub op: Duration,
     /// Best time of memcpy of the same bytes.
     pub memcpy: Duration,
+    /// Median sample's time of one operation.
+    pub op_median: Duration,
+    /// Median sample's time of memcpy of the same bytes.
+    pub memcpy_median: Duration,
     /// Ring counters over the timed operations.
     pub stats: StatsSnapshot,
     /// Timed operations.
     pub ops: u64,
 }
 
-/// Per-stream best times of a [`Rig::stream`].
+impl Measured {
+    /// Best and median of the samples of an operation and of its memcpy baseline.
+    pub fn new(op: &Samples, memcpy: &Samples, stats: StatsSnapshot, ops: u64) -> Measured {
+        Measured {
+            op: op.best(),
+            memcpy: memcpy.best(),
+            op_median: op.median(),
+            memcpy_median: memcpy.median(),
+            stats,
+            ops,
+        }
+    }
+}
+
+/// Per-stream best (and median) times of a [`Rig::stream`].
 #[derive(Debug, Clone, Copy)]
 pub struct Stream {
     /// Through `AsyncPipeline`.
@@ -35,6 +53,10 @@ pub struct Stream {
     pub sync_t: Duration,
     /// As single-thread memcpy.
     pub memcpy_t: Duration,
+    /// Median stream time through `AsyncPipeline`.
+    pub async_median: Duration,
+    /// Median stream time as single-thread memcpy.
+    pub memcpy_median: Duration,
     /// Ring counters of the timed async samples.
     pub async_stats: StatsSnapshot,
     /// Ring counters of the timed sync samples.
@@ -71,31 +93,35 @@ impl<'a> Rig<'a> {
         self.dev.ring_stats(self.nc).op_ctx(|| "reading ring counters")
     }
 
-    /// Best-of `plan.samples` of `op` and of `base`, per operation, samples interleaved (op…, base…, op…, …),
-    /// with the ring counters of the `op` samples only.
-    fn interleaved(
+    /// `plan.samples` samples of `op` and of `base`, per operation, interleaved (op…, base…, op…, …), with the
+    /// ring counters of the `op` samples only.
+    ///
+    /// # Errors
+    ///
+    /// The first failure of `op`, or of reading the ring counters.
+    pub fn interleaved(
         &mut self,
         plan: Plan,
         what: &str,
         mut op: impl FnMut() -> ndma::Result<()>,
         mut base: impl FnMut(&mut Baseline),
-    ) -> CliResult<(Duration, Duration, StatsSnapshot)> {
-        let (mut best_op, mut best_base, mut stats) = (Duration::MAX, Duration::MAX, StatsSnapshot::default());
+    ) -> CliResult<(Samples, Samples, StatsSnapshot)> {
+        let (mut ops, mut bases, mut stats) = (Samples::new(), Samples::new(), StatsSnapshot::default());
         for _ in 0..plan.samples {
             let before = self.stats()?;
             let t0 = Instant::now();
             for _ in 0..plan.iters {
                 op().op_ctx(|| what.to_string())?;
             }
-            best_op = best_op.min(t0.elapsed() / plan.iters as u32);
+            ops.push(t0.elapsed() / plan.iters as u32);
             stats = stats.merged(&self.stats()?.since(&before));
             let t0 = Instant::now();
             for _ in 0..plan.iters {
                 base(&mut self.baseline);
             }
-            best_base = best_base.min(t0.elapsed() / plan.iters as u32);
+            bases.push(t0.elapsed() / plan.iters as u32);
         }
-        Ok((best_op, best_base, stats))
+        Ok((ops, bases, stats))
     }
 
     /// A synchronous `memcpy_mc` of `size` bytes in direction `dir`: one untimed warm-up copy, the destination
@@ -115,7 +141,7 @@ impl<'a> Rig<'a> {
         self.baseline.prepare(size);
         let (op, memcpy, stats) = self.interleaved(plan, &what, || w.copy(0, size), |b| b.copy_once(size))?;
         w.verify(&what, true)?;
-        Ok(Measured { op, memcpy, stats, ops: u64::from(plan.samples) * plan.iters })
+        Ok(Measured::new(&op, &memcpy, stats, u64::from(plan.samples) * plan.iters))
     }
 
     /// Memset of `size` bytes of a guarded device chunk: one untimed warm-up memset, timed ones with a
@@ -139,7 +165,7 @@ impl<'a> Rig<'a> {
         verify_chunk(emu, &mc, 0, GUARD, Expect::Byte(guard), &format!("{what}: guard before"))?;
         verify_chunk(emu, &mc, GUARD, size, Expect::Byte(value), &what)?;
         verify_chunk(emu, &mc, GUARD + size, GUARD, Expect::Byte(guard), &format!("{what}: guard after"))?;
-        Ok(Measured { op, memcpy, stats, ops: u64::from(plan.samples) * plan.iters })
+        Ok(Measured::new(&op, &memcpy, stats, u64::from(plan.samples) * plan.iters))
     }
 
     /// A stream of `count` copies of `size` bytes cycling over `slots` successive `size`-byte slots (so the
@@ -168,7 +194,7 @@ impl<'a> Rig<'a> {
         w.reset_dst()?;
         self.baseline.prepare(size * slots);
         let one = Plan { samples: 1, iters: 1 };
-        let (mut a, mut s, mut m) = (Duration::MAX, Duration::MAX, Duration::MAX);
+        let (mut a, mut s, mut m) = (Samples::new(), Samples::new(), Samples::new());
         let (mut async_stats, mut sync_stats) = (StatsSnapshot::default(), StatsSnapshot::default());
         for i in 0..self.samples {
             let async_what = format!("async {what}");
@@ -179,12 +205,22 @@ impl<'a> Rig<'a> {
             }
             let (ts, _, st) = self.interleaved(one, &format!("sync {what}"), run_sync, |_| ())?;
             sync_stats = sync_stats.merged(&st);
-            (a, s, m) = (a.min(ta), s.min(ts), m.min(tm));
+            a.push(ta.best());
+            s.push(ts.best());
+            m.push(tm.best());
         }
         // The async samples already left the right bytes: prove the sync path writes them too.
         w.reset_dst()?;
         run_sync().op_ctx(|| format!("sync {what}"))?;
         w.verify(&format!("sync {what}"), true)?;
-        Ok(Stream { async_t: a, sync_t: s, memcpy_t: m, async_stats, sync_stats })
+        Ok(Stream {
+            async_t: a.best(),
+            sync_t: s.best(),
+            memcpy_t: m.best(),
+            async_median: a.median(),
+            memcpy_median: m.median(),
+            async_stats,
+            sync_stats,
+        })
     }
 }

@@ -21,6 +21,34 @@ impl Plan {
     }
 }
 
+/// The per-operation times of a measurement's samples.
+#[derive(Debug, Clone, Default)]
+pub struct Samples(Vec<Duration>);
+
+impl Samples {
+    /// No samples yet.
+    pub fn new() -> Samples {
+        Samples::default()
+    }
+
+    /// Adds one sample's time per operation.
+    pub fn push(&mut self, per_op: Duration) {
+        self.0.push(per_op);
+    }
+
+    /// The shortest sample (`Duration::MAX` without samples).
+    pub fn best(&self) -> Duration {
+        self.0.iter().copied().min().unwrap_or(Duration::MAX)
+    }
+
+    /// The median sample (the upper one of an even count; `Duration::MAX` without samples).
+    pub fn median(&self) -> Duration {
+        let mut v = self.0.clone();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(Duration::MAX)
+    }
+}
+
 /// Runs `op` `plan.iters` times per sample, `plan.samples` samples, and returns the best time per
 /// operation. The first error stops the measurement.
 ///

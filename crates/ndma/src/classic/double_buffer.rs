@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{checked_end, Moves, RingGuard};
-use crate::context::CtxHandle;
+use crate::context::{CtxHandle, Held};
 use crate::device::{mc_pair_to_nc, NeuronDevice};
 use crate::memory::MemChunk;
 use crate::{NdmaError, Result, MAX_BATCH_BYTES};
@@ -76,7 +76,7 @@ impl NeuronDevice {
             self.offset_move(nc, s, d, size, Moves::BOTH, prefetch)?;
             return Ok(cur);
         }
-        let held = vec![Arc::clone(src), Arc::clone(dst)];
+        let held = [Some(Arc::clone(src)), Some(Arc::clone(dst))];
         self.offset_move_async(nc, s, d, size, prefetch, held, prev, cur)?;
         Ok(cur)
     }
@@ -217,7 +217,7 @@ impl NeuronDevice {
         dst: u64,
         size: u64,
         prefetch: Option<u64>,
-        held: Vec<Arc<MemChunk>>,
+        held: Held,
         prev: CtxHandle,
         cur: CtxHandle,
     ) -> Result<()> {

@@ -123,7 +123,7 @@ impl<'a> RingGuard<'a> {
     pub(crate) fn quiesce(&mut self) {
         for ctx in self.inner.contexts.iter_mut().filter(|c| c.inuse && c.in_flight > 0) {
             ctx.aborted = true;
-            ctx.held.clear();
+            ctx.held = Default::default();
         }
         // Zero-copy pieces in flight are still pinned: they go back to be issued again.
         if let Some(zc) = self.inner.zc.as_mut() {

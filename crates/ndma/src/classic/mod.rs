@@ -10,11 +10,9 @@ pub(crate) mod split;
 mod transfer;
 pub(crate) mod wait;
 
-use std::sync::Arc;
-
 use udma::DmaMemory;
 
-use crate::context::DmaContext;
+use crate::context::{DmaContext, Held};
 use crate::device::{mc_pair_to_nc, NeuronDevice};
 use crate::memory::MemChunk;
 use crate::{NdmaError, Result};
@@ -206,7 +204,7 @@ impl NeuronDevice {
         }
         let _span = tracing::debug_span!("memcpy", nc, size, smove = moves.smove, dmove = moves.dmove).entered();
         let mut g = RingGuard::lock(self, ring);
-        g.begin(SYNC_SLOT, self.new_context(src, dst, size, moves, prefetch, Vec::new()));
+        g.begin(SYNC_SLOT, self.new_context(src, dst, size, moves, prefetch, Held::default()));
         let result = Self::run_sync(&mut g);
         if result.is_err() {
             g.recover();
@@ -222,7 +220,7 @@ impl NeuronDevice {
         size: u64,
         moves: Moves,
         prefetch: Option<u64>,
-        held: Vec<Arc<MemChunk>>,
+        held: Held,
     ) -> DmaContext {
         let arch = self.dhal.arch();
         DmaContext {
