@@ -32,7 +32,8 @@ Results go to stdout, the log and progress bars to stderr. --json FILE writes on
 #[derive(Debug, Parser)]
 #[command(name = "ndma", version, about, long_about = None, after_long_help = AFTER_HELP)]
 pub struct Cli {
-    /// Instance preset to emulate (trn1.2xlarge, trn1.32xlarge, inf2.xlarge, inf2.48xlarge, trn2.48xlarge).
+    /// Instance preset to emulate (trn1.2xlarge, trn1.32xlarge, inf2.xlarge, inf2.48xlarge, trn2.48xlarge;
+    /// `verify` also takes `all`).
     #[arg(long, global = true, default_value = "trn1.2xlarge", value_name = "NAME")]
     pub instance: String,
     /// Use silicon marker-poll budgets instead of the driver's emulation-platform scaling (×100000). The
@@ -75,6 +76,10 @@ pub enum Command {
     Faults(FaultsArgs),
     /// Run a copy on threaded engines and write a Chrome/Perfetto timeline of the op layer and the engines.
     Trace(TraceArgs),
+    /// A seeded randomized campaign of pattern-checked transfers on every path and direction, with faults
+    /// mixed in and leak accounting; --instance all runs it on every preset.
+    #[command(after_long_help = cmd::verify::JSON_SCHEMA)]
+    Verify(cmd::verify::VerifyArgs),
     /// Print a shell completion script for ndma to stdout (e.g. `ndma completions bash > ndma.bash`).
     Completions(CompletionsArgs),
     /// Print ndma's man page (roff) to stdout, or write one page per command into a directory.
@@ -259,8 +264,13 @@ pub fn instance_by_name(name: &str) -> CliResult<Instance> {
 ///
 /// The command's failure.
 pub fn run(cli: Cli) -> CliResult {
+    let command = cli.command.unwrap_or(Command::Demo(DemoArgs::default()));
+    // `verify` takes `--instance all` and chooses its own budgets.
+    if let Command::Verify(a) = &command {
+        return cmd::verify::run(&cli.instance, cli.silicon_budgets, !cli.quiet, a);
+    }
     let opts = BedOpts { instance: instance_by_name(&cli.instance)?, emulation_budgets: !cli.silicon_budgets };
-    match cli.command.unwrap_or(Command::Demo(DemoArgs::default())) {
+    match command {
         Command::Demo(a) => cmd::demo::run(opts, &a),
         Command::Inspect(a) => cmd::inspect::run(opts, &a),
         Command::Copy(a) => cmd::copy::run(opts, &a, !cli.quiet),
@@ -270,6 +280,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Trace(a) => cmd::trace::run(opts, &a),
         Command::Completions(a) => cmd::completions::run(&a),
         Command::Man(a) => cmd::man::run(&a),
+        Command::Verify(_) => unreachable!("handled above"),
     }
 }
 

@@ -9,3 +9,4 @@ pub mod inspect;
 pub mod man;
 pub mod memset;
 pub mod trace;
+pub mod verify;
