@@ -14,6 +14,7 @@ use crate::verify::config::{Bound, Budgets, Config, Engines, FaultMode, Ordering
 use crate::verify::path::PathKind;
 use crate::verify::record::FindingKind;
 use crate::verify::rng::random_seed;
+use crate::verify::size::DEFAULT_BIG_RATE;
 use crate::verify::summary::{Header, Report, Tally};
 
 /// The `--json` schema, shown by `ndma verify --help` (the README has the same).
@@ -26,6 +27,7 @@ failed (the command then exits 3)
   instances            instance presets run, in order
   engines              \"threaded\" or \"inline\"
   faults               \"none\" or \"mix\"; fault_rate: share of faulted operations under mix
+  big_rate             share of transfers drawn from the large sizes (batch boundary, several batches)
   budgets              \"silicon\" or \"emulation\"
   ordering             \"adversarial\", \"relaxed\" or \"strict\"
   threads              threads issuing operations
@@ -87,6 +89,10 @@ pub struct VerifyArgs {
     /// Share of operations that get a fault under --faults mix (0..=1).
     #[arg(long, default_value_t = DEFAULT_FAULT_RATE, value_parser = rate_arg)]
     pub fault_rate: f64,
+    /// Share of transfers drawn from the large sizes: the 2031-descriptor batch boundary ± 1 byte and ± one
+    /// descriptor, and several batches (0..=1).
+    #[arg(long, default_value_t = DEFAULT_BIG_RATE, value_parser = rate_arg)]
+    pub big_rate: f64,
     /// Marker-poll budgets: the driver's silicon budgets, or ×100000 as on an emulation platform. Under
     /// emulation budgets the fault mix holds only the kinds that need no timeout (delay, bandwidth, and
     /// reset_window on V3): an injected hang would take minutes to time out.
@@ -128,7 +134,7 @@ pub fn duration_arg(s: &str) -> Result<Duration, String> {
 fn rate_arg(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
-        _ => Err(format!("invalid fault rate {s:?}: expected a number from 0 to 1")),
+        _ => Err(format!("invalid rate {s:?}: expected a number from 0 to 1")),
     }
 }
 
@@ -175,6 +181,7 @@ pub fn run(instance: &str, silicon_flag: bool, progress: bool, a: &VerifyArgs) -
         engines: a.engines,
         faults: a.faults,
         fault_rate: a.fault_rate,
+        big_rate: a.big_rate,
         budgets: a.budgets,
         ordering: a.ordering,
         progress,
@@ -188,6 +195,7 @@ pub fn run(instance: &str, silicon_flag: bool, progress: bool, a: &VerifyArgs) -
         engines: a.engines.name(),
         faults: if a.faults == FaultMode::Mix { "mix" } else { "none" },
         fault_rate: a.fault_rate,
+        big_rate: a.big_rate,
         budgets: a.budgets.name(),
         ordering: a.ordering.name(),
         threads: a.threads as usize,

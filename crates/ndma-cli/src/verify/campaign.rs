@@ -80,6 +80,7 @@ pub fn run(cfg: &Config, which: Selection) -> CliResult<Tally> {
         faults: cfg.faults,
         fault_rate: cfg.fault_rate,
         fault_kinds: fault_kinds(cfg, ndma::dhal(arch).retry_memcpy()),
+        big_rate: cfg.big_rate,
     };
     let devices = tb.system.devices().len();
     let bound = match which {
@@ -231,6 +232,14 @@ impl Run<'_> {
 /// counters equal to the work asked of it, and no timeout beyond those injected.
 fn end_checks(cfg: &Config, tb: &Testbed, base: &Baseline, t: &mut Tally) {
     let name = cfg.instance.name;
+    let before = t.failures.len();
+    end_findings(name, tb, base, t);
+    for f in t.failures.iter().skip(before) {
+        eprintln!("ndma verify: end-of-run check ({name}, seed {}): {}: {}", cfg.seed, f.kind.name(), f.message);
+    }
+}
+
+fn end_findings(name: &str, tb: &Testbed, base: &Baseline, t: &mut Tally) {
     for l in leaks::instance(tb, base) {
         t.add_finding(name, FindingKind::Leak, l);
     }

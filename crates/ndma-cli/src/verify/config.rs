@@ -124,6 +124,8 @@ pub struct Config {
     pub faults: FaultMode,
     /// Share of operations that get a fault under [`FaultMode::Mix`].
     pub fault_rate: f64,
+    /// Share of segments drawn from the large size classes (batch boundary, several batches).
+    pub big_rate: f64,
     /// Poll budgets.
     pub budgets: Budgets,
     /// Fabric ordering.
@@ -149,6 +151,7 @@ impl Config {
             engines: Engines::Threaded,
             faults: FaultMode::None,
             fault_rate: DEFAULT_FAULT_RATE,
+            big_rate: super::size::DEFAULT_BIG_RATE,
             budgets: Budgets::Silicon,
             ordering: Ordering::Adversarial,
             progress: false,

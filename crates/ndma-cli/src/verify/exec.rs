@@ -139,8 +139,10 @@ fn after_fault(
     before: &BTreeMap<u32, StatsSnapshot>,
     rec: &mut OpRecord,
 ) {
-    if let Err(why) = probe(bed, spec.nc()) {
-        rec.find(FindingKind::Unusable, why);
+    match catch_unwind(AssertUnwindSafe(|| probe(bed, spec.nc()))) {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => rec.find(FindingKind::Unusable, why),
+        Err(p) => rec.find(FindingKind::Panic, format!("the probe after the fault panicked: {}", panic_message(&*p))),
     }
     let after = ring_stats(bed.dev);
     let mut work = BTreeMap::new();

@@ -8,6 +8,9 @@ use ndma::PoolUsage;
 use ndma_emu::Testbed;
 use udma::Direction;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::exec::panic_message;
 use super::path::Bed;
 
 /// What the instance held when the campaign started.
@@ -29,8 +32,15 @@ impl Baseline {
     }
 }
 
-/// The leaks of device `index`, one line each (empty: none). Nothing may be running on it.
+/// The leaks of device `index`, one line each (empty: none). Nothing may be running on it. A panic inside
+/// the op layer while it is asked (its own slot-accounting assertion fires on unlock) is a leak line too.
 pub fn device(bed: Bed<'_>, index: usize, base: &Baseline) -> Vec<String> {
+    catch_unwind(AssertUnwindSafe(|| device_unguarded(bed, index, base))).unwrap_or_else(|p| {
+        vec![format!("device {index}: the op layer panicked while accounted for: {}", panic_message(&*p))]
+    })
+}
+
+fn device_unguarded(bed: Bed<'_>, index: usize, base: &Baseline) -> Vec<String> {
     let mut leaks = Vec::new();
     let (dev, emu) = (bed.dev, bed.emu);
     let at = |what: String| format!("device {index}: {what}");

@@ -134,6 +134,8 @@ pub struct DrawContext {
     pub fault_rate: f64,
     /// Fault kinds to draw from.
     pub fault_kinds: Vec<FaultKind>,
+    /// Share of segments drawn from the large size classes.
+    pub big_rate: f64,
 }
 
 /// The state of one operation's draw, handed to its path.
@@ -171,7 +173,7 @@ impl Draw<'_> {
         if self.faulted {
             size::draw_small(&mut self.rng)
         } else {
-            size::draw(&mut self.rng)
+            size::draw(&mut self.rng, self.ctx.big_rate)
         }
     }
 
@@ -232,6 +234,7 @@ mod tests {
             faults,
             fault_rate: 0.5,
             fault_kinds: FaultKind::ALL.to_vec(),
+            big_rate: 0.0,
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! - Every source byte has bit 7 set (dmatest's `PATTERN_SRC`); every poison byte has it clear. A destination
 //!   byte the engine never wrote is therefore told from a copied one by itself, whatever its neighbours.
-//! - The other seven bits are a hash of the byte's 8-byte word index in its chunk and a seed, so each byte
+//! - The other seven bits come from a bijective scramble of the byte's 8-byte word index in its chunk and a
+//!   seed, so each byte
 //!   encodes its position: a shifted, duplicated or misdirected block differs from what belongs there
 //!   (by 7 bits a byte), and the position it came from can be found again ([`Pattern::find`]).
 //!
@@ -23,12 +24,25 @@ pub enum Pattern {
 }
 
 impl Pattern {
-    /// The 8 bytes (little-endian) at word index `w`.
-    fn word(self, w: u64) -> u64 {
+    /// `(seed, bits to set, bits to keep)`.
+    fn parts(self) -> (u64, u64, u64) {
         match self {
-            Pattern::Source(seed) => mix(seed ^ w.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | HIGH_BITS,
-            Pattern::Poison(seed) => mix(seed ^ w.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)) & !HIGH_BITS,
+            Pattern::Source(seed) => (seed, HIGH_BITS, u64::MAX),
+            Pattern::Poison(seed) => (mix(seed), 0, !HIGH_BITS),
         }
+    }
+
+    /// The 8 bytes (little-endian) at word index `w`: an odd multiply and a xor-shift of `w ^ seed`, both
+    /// bijections, so every word index of a chunk gets its own value. Cheap enough to vectorise: a campaign
+    /// generates each byte four times (fill source, fill poison, check both).
+    #[inline(always)]
+    fn word_of(w: u64, (seed, set, keep): (u64, u64, u64)) -> u64 {
+        let x = (w ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        ((x ^ (x >> 29)) | set) & keep
+    }
+
+    fn word(self, w: u64) -> u64 {
+        Self::word_of(w, self.parts())
     }
 
     /// The byte at chunk offset `pos`.
@@ -46,9 +60,10 @@ impl Pattern {
             pos += 1;
         }
         let first_word = (offset + pos as u64) / 8;
+        let parts = self.parts();
         let mut words = buf[pos..].chunks_exact_mut(8);
         for (i, c) in (&mut words).enumerate() {
-            c.copy_from_slice(&self.word(first_word + i as u64).to_le_bytes());
+            c.copy_from_slice(&Self::word_of(first_word + i as u64, parts).to_le_bytes());
         }
         let tail = words.into_remainder();
         let n = tail.len();

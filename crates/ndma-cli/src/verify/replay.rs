@@ -2,6 +2,7 @@
 
 use super::config::{Config, FaultMode};
 use super::record::OpRecord;
+use super::size::DEFAULT_BIG_RATE;
 
 /// `ndma verify --seed S --replay K` with every option that shapes what operation `K` draws or how it runs.
 pub fn command(cfg: &Config, index: u64) -> String {
@@ -15,6 +16,9 @@ pub fn command(cfg: &Config, index: u64) -> String {
         cfg.budgets.name(),
         cfg.ordering.name()
     );
+    if cfg.big_rate != DEFAULT_BIG_RATE {
+        c.push_str(&format!(" --big-rate {}", cfg.big_rate));
+    }
     if cfg.faults == FaultMode::Mix {
         c.push_str(&format!(" --faults mix --fault-rate {}", cfg.fault_rate));
     }

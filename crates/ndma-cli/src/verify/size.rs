@@ -1,6 +1,7 @@
 //! The size distribution: mostly ordinary sizes, with a steady share of the edges where a split goes wrong —
 //! 0, 1–3, a page ± 1, a descriptor (64 KiB) ± 1, whole numbers of descriptors ± 1, the 2031-descriptor batch
-//! boundary ± 1 byte and ± one descriptor, and sizes of several batches.
+//! boundary ± 1 byte and ± one descriptor, and sizes of several batches. Every draw comes from the
+//! operation's own RNG.
 
 use rand::RngExt;
 
@@ -34,17 +35,14 @@ pub enum SizeClass {
     MultiBatch,
 }
 
-/// `(class, weight)`: weights out of 100 000. The large classes are rare because each such operation writes,
-/// copies and checks hundreds of MiB.
-pub const MIX: [(SizeClass, u32); 8] = [
+/// `(class, weight)` of the ordinary classes: weights out of 100 000.
+pub const MIX: [(SizeClass, u32); 6] = [
     (SizeClass::Zero, 500),
     (SizeClass::Tiny, 8_000),
     (SizeClass::Page, 8_000),
     (SizeClass::Desc, 8_000),
     (SizeClass::Descs, 10_000),
-    (SizeClass::BatchEdge, 60),
-    (SizeClass::MultiBatch, 20),
-    (SizeClass::Random, 65_420),
+    (SizeClass::Random, 65_500),
 ];
 
 const _: () = {
@@ -57,16 +55,31 @@ const _: () = {
     assert!(sum == 100_000);
 };
 
-/// The sizes of the batch-boundary class.
-pub const BATCH_EDGES: [u64; 5] =
-    [MAX_BATCH_BYTES - DESC, MAX_BATCH_BYTES - 1, MAX_BATCH_BYTES, MAX_BATCH_BYTES + 1, MAX_BATCH_BYTES + DESC];
+/// Default share of operations (segments) drawn from the large classes — the batch boundary (three in four)
+/// and several batches (one in four). Rare, because each such operation writes, copies and checks hundreds
+/// of MiB; `--big-rate` raises it.
+pub const DEFAULT_BIG_RATE: f64 = 0.0008;
+
+/// The sizes of the batch-boundary class (the last one puts memset's replicate, which follows its first
+/// 64 KiB, one byte past the boundary).
+pub const BATCH_EDGES: [u64; 6] = [
+    MAX_BATCH_BYTES - DESC,
+    MAX_BATCH_BYTES - 1,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_BYTES + 1,
+    MAX_BATCH_BYTES + DESC,
+    MAX_BATCH_BYTES + DESC + 1,
+];
 
 /// The sizes a faulted operation draws from: small (one batch of at most four pairs, so an injected hang
 /// times out within tens of ms) and never 0 (the operation must reach the engine).
 pub const SMALL_EDGES: [u64; 12] = [1, 2, 3, 4095, 4096, 4097, 65535, 65536, 65537, 131071, 131072, 131073];
 
-/// A class by its weight.
-pub fn draw_class(rng: &mut OpRng) -> SizeClass {
+/// A class: a large one with probability `big_rate`, else an ordinary one by its weight.
+pub fn draw_class(rng: &mut OpRng, big_rate: f64) -> SizeClass {
+    if rng.random_bool(big_rate.clamp(0.0, 1.0)) {
+        return if rng.random_bool(0.75) { SizeClass::BatchEdge } else { SizeClass::MultiBatch };
+    }
     let mut x = rng.random_range(0..100_000u32);
     for (class, w) in MIX {
         if x < w {
@@ -103,8 +116,8 @@ pub fn draw_in(rng: &mut OpRng, class: SizeClass) -> u64 {
 }
 
 /// A size from the whole distribution.
-pub fn draw(rng: &mut OpRng) -> u64 {
-    let class = draw_class(rng);
+pub fn draw(rng: &mut OpRng, big_rate: f64) -> u64 {
+    let class = draw_class(rng, big_rate);
     draw_in(rng, class)
 }
 
@@ -132,7 +145,7 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         let mut rng = op_rng(1, 2);
         for _ in 0..400_000 {
-            let class = draw_class(&mut rng);
+            let class = draw_class(&mut rng, 0.001);
             let s = draw_in(&mut rng, class);
             let ok = match class {
                 SizeClass::Zero => s == 0,
@@ -147,6 +160,6 @@ mod tests {
             assert!(ok, "{class:?}: {s}");
             seen.insert(format!("{class:?}"));
         }
-        assert_eq!(seen.len(), MIX.len(), "{seen:?}");
+        assert_eq!(seen.len(), MIX.len() + 2, "{seen:?}");
     }
 }

@@ -219,6 +219,8 @@ pub struct Report {
     pub faults: &'static str,
     /// Share of faulted operations under `mix`.
     pub fault_rate: f64,
+    /// Share of transfers drawn from the large sizes.
+    pub big_rate: f64,
     /// `silicon` or `emulation`.
     pub budgets: &'static str,
     /// `adversarial`, `relaxed` or `strict`.
@@ -290,6 +292,8 @@ pub struct Header {
     pub faults: &'static str,
     /// Fault rate.
     pub fault_rate: f64,
+    /// Large-size rate.
+    pub big_rate: f64,
     /// Budgets.
     pub budgets: &'static str,
     /// Ordering.
@@ -311,6 +315,7 @@ impl Report {
             engines: h.engines,
             faults: h.faults,
             fault_rate: h.fault_rate,
+            big_rate: h.big_rate,
             budgets: h.budgets,
             ordering: h.ordering,
             threads: h.threads,
@@ -340,7 +345,12 @@ impl Report {
             slowest: t.slowest.clone(),
             elapsed_s,
             ops_per_sec: if elapsed_s > 0.0 { t.operations as f64 / elapsed_s } else { 0.0 },
-            failures: t.failures.clone(),
+            failures: {
+                let mut f = t.failures.clone();
+                // Operations in index order, end-of-run findings last.
+                f.sort_by_key(|f| (f.index.is_none(), f.index));
+                f
+            },
             passed: t.passed(),
         }
     }
