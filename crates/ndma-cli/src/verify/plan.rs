@@ -184,6 +184,7 @@ mod tests {
         s.path = PathKind::Memset;
         s.detail = Detail::Memset { value: 0x80 };
         let w = ring_work(&s, None)[&1];
-        assert_eq!(w, RingWork { descriptors: 2 + 5, batches: 2, bytes: 3 * DESC + 7, transfers: 2 });
+        // The first 64 KiB: one data pair and the marker; the rest (2 × 64 KiB + 7): three and the marker.
+        assert_eq!(w, RingWork { descriptors: 2 + 4, batches: 2, bytes: 3 * DESC + 7, transfers: 2 });
     }
 }

@@ -155,7 +155,7 @@ mod tests {
                 SizeClass::Descs => (2 * DESC - 1..=64 * DESC + 1).contains(&s),
                 SizeClass::Random => (1..=RANDOM_MAX).contains(&s),
                 SizeClass::BatchEdge => BATCH_EDGES.contains(&s),
-                SizeClass::MultiBatch => s >= 2 * MAX_BATCH_BYTES && s < 4 * MAX_BATCH_BYTES,
+                SizeClass::MultiBatch => (2 * MAX_BATCH_BYTES..4 * MAX_BATCH_BYTES).contains(&s),
             };
             assert!(ok, "{class:?}: {s}");
             seen.insert(format!("{class:?}"));
