@@ -42,10 +42,10 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
     let t0 = Instant::now();
     let ran = catch_unwind(AssertUnwindSafe(|| path::run(bed, spec, &prep)));
     rec.elapsed = t0.elapsed();
-    let retries = match &before {
-        Some(b) => bed.dev.ring_stats(spec.nc()).map_or(0, |s| s.retries) - b.get(&spec.nc()).map_or(0, |s| s.retries),
-        None => 0,
-    };
+    let retries = before.as_ref().map_or(0, |b| {
+        let now = bed.dev.ring_stats(spec.nc()).map_or(0, |s| s.retries);
+        now.saturating_sub(b.get(&spec.nc()).map_or(0, |s| s.retries))
+    });
     let observed = armed.map(|a| a.observe(bed, retries));
     match ran {
         Ok(ran) => judge(bed, spec, &prep, ran, observed.as_ref(), &mut rec),
@@ -101,11 +101,10 @@ fn judge(
     }
     // A failure (not a refusal) needs the device accounted for.
     rec.leak_check_due = ran.result.as_ref().is_err_and(|e| !expect::is_refusal(e)) || !as_expected;
-    if spec.fault.is_none() {
-        rec.work = match (&ran.result, as_expected) {
-            (_, true) => Work::Planned(plan::ring_work(spec, refusal.map(|(at, _)| at))),
-            _ => Work::Unknown,
-        };
+    // A faulted operation's work is measured afterwards; an ordinary one's is what the plan says, unless it
+    // failed without a fault to explain it.
+    if spec.fault.is_none() && as_expected {
+        rec.work = Work::Planned(plan::ring_work(spec, refusal.map(|(at, _)| at)));
     }
     // A corruption that executed: the bytes of its one descriptor may be anything.
     let excused = observed.and_then(Observed::benign).and_then(|c| {

@@ -261,12 +261,16 @@ impl Armed {
 /// Waits until the reset of NC `nc` is over and a jiffy has passed its end (an operation started in the
 /// jiffy the reset ended counts as inside the window). An injected window is waited out, never a timeout.
 fn wait_reset_over(bed: Bed<'_>, nc: u32) {
+    // A reset lasts at most 20 jiffies; a second is a model that never ends its resets (the next operation
+    // then fails and says so).
+    const GIVE_UP_MS: u32 = 1000;
     let platform = bed.dev.platform();
-    loop {
+    for _ in 0..GIVE_UP_MS {
         let (start, end) = bed.emu.reset_times(nc);
         if end > start && platform.jiffies() > end {
             return;
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    tracing::warn!(nc, "the injected NeuronCore reset is still in progress after {GIVE_UP_MS} ms");
 }

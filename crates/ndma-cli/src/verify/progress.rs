@@ -1,9 +1,11 @@
 //! The progress bar: operations done (of the count, or against the clock), with running counters. On stderr,
-//! only on a terminal, never with `-q`.
+//! only on a terminal, never with `-q`; when stderr is not a terminal (a log file), a status line every
+//! [`STATUS_EVERY`] instead.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -25,7 +27,14 @@ pub struct Counters {
 pub struct Progress {
     bar: ProgressBar,
     counters: Counters,
+    /// Without a terminal: when the last status line was printed (`None`: no status lines).
+    status: Option<Mutex<Instant>>,
+    started: Instant,
+    prefix: String,
 }
+
+/// How often a status line is printed when stderr is not a terminal.
+pub const STATUS_EVERY: Duration = Duration::from_secs(60);
 
 /// The message is refreshed every this many operations.
 const REFRESH_EVERY: u64 = 64;
@@ -33,7 +42,8 @@ const REFRESH_EVERY: u64 = 64;
 impl Progress {
     /// A bar for a campaign bounded by `bound` on `instance`; hidden unless `show` and stderr is a terminal.
     pub fn new(bound: Bound, instance: &str, show: bool) -> Progress {
-        let bar = if show && std::io::stderr().is_terminal() {
+        let terminal = std::io::stderr().is_terminal();
+        let bar = if show && terminal {
             match bound {
                 Bound::Count(n) => ProgressBar::new(n),
                 Bound::Duration(_) => ProgressBar::new_spinner(),
@@ -50,7 +60,9 @@ impl Progress {
         }
         bar.set_prefix(instance.to_string());
         bar.enable_steady_tick(Duration::from_millis(200));
-        Progress { bar, counters: Counters::default() }
+        let now = Instant::now();
+        let status = (show && !terminal).then(|| Mutex::new(now));
+        Progress { bar, counters: Counters::default(), status, started: now, prefix: instance.to_string() }
     }
 
     /// Counts one operation.
@@ -63,14 +75,32 @@ impl Progress {
         c.failures.fetch_add(rec.findings.len() as u64 - timeouts, Relaxed);
         self.bar.inc(1);
         if self.bar.position() % REFRESH_EVERY == 0 || !rec.findings.is_empty() {
-            self.bar.set_message(format!(
-                "{} · faults {} · uninjected timeouts {} · failures {}",
-                fmt_size(c.bytes.load(Relaxed)),
-                c.faults.load(Relaxed),
-                c.timeouts.load(Relaxed),
-                c.failures.load(Relaxed)
-            ));
+            self.bar.set_message(self.counters_text());
         }
+        if let Some(last) = &self.status {
+            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.elapsed() >= STATUS_EVERY {
+                *last = Instant::now();
+                eprintln!(
+                    "ndma verify: {} after {:.0} s: {} operations · {}",
+                    self.prefix,
+                    self.started.elapsed().as_secs_f64(),
+                    self.bar.position(),
+                    self.counters_text()
+                );
+            }
+        }
+    }
+
+    fn counters_text(&self) -> String {
+        let c = &self.counters;
+        format!(
+            "{} · faults {} · uninjected timeouts {} · failures {}",
+            fmt_size(c.bytes.load(Relaxed)),
+            c.faults.load(Relaxed),
+            c.timeouts.load(Relaxed),
+            c.failures.load(Relaxed)
+        )
     }
 
     /// Prints `text` on stderr without tearing the bar.
