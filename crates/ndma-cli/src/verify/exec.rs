@@ -78,7 +78,9 @@ fn judge(
     let as_expected = expected.matches(&ran.result, ran.fail_at);
     match &ran.result {
         _ if as_expected => {}
-        Err(e) if expect::is_timeout(e) && spec.fault.is_none() => {
+        // Under a fault that injects no timeout (delay, bandwidth, a reset the op layer recovers from) a
+        // timeout is as uninjected as without one.
+        Err(e) if expect::is_timeout(e) && !matches!(expected, Expected::Timeout { .. }) => {
             rec.find(FindingKind::UninjectedTimeout, format!("{e} (errno {}), at segment {}", e.errno(), ran.fail_at));
         }
         Err(e @ ndma::NdmaError::Aborted(_)) if spec.fault.is_none() => {
@@ -91,8 +93,18 @@ fn judge(
     }
     if let Some(o) = observed {
         rec.fault_hit = o.hit.then_some(spec.fault.map(|f| f.kind)).flatten();
-        if let Some(why) = &o.missed {
-            rec.find(FindingKind::FaultMissed, why.clone());
+        // An operation that timed out on its own may never have reached the fault: that is its finding.
+        let timed_out_alone = rec.findings.iter().any(|f| f.kind == FindingKind::UninjectedTimeout);
+        match o.missed.as_ref() {
+            None => {}
+            Some(_) if timed_out_alone => {}
+            // It timed out as the fault would have made it, but the fault never fired: the budget ran out
+            // before the engine reached it.
+            Some(why) if ran.result.as_ref().is_err_and(expect::is_timeout) => rec.find(
+                FindingKind::UninjectedTimeout,
+                format!("timed out before meeting its fault ({why}): a timeout nobody injected"),
+            ),
+            Some(why) => rec.find(FindingKind::FaultMissed, why.clone()),
         }
         for f in o.unexplained_device_faults() {
             rec.find(FindingKind::DeviceFault, f.to_string());
