@@ -38,7 +38,7 @@ Results go to stdout, the log and progress bars to stderr. --json FILE writes on
 #[command(name = "ndma", version, about, long_about = None, after_long_help = AFTER_HELP)]
 pub struct Cli {
     /// Instance preset to emulate (trn1.2xlarge, trn1.32xlarge, inf2.xlarge, inf2.48xlarge, trn2.48xlarge;
-    /// default trn1.2xlarge; `inspect --zerocopy` without it shows trn1.2xlarge and trn2.48xlarge side by side).
+    /// default trn1.2xlarge; `verify` also takes `all`; `inspect --zerocopy` without it shows trn1.2xlarge and trn2.48xlarge side by side).
     #[arg(long, global = true, value_name = "NAME")]
     pub instance: Option<String>,
     /// Use silicon marker-poll budgets instead of the driver's emulation-platform scaling (×100000). The
@@ -91,6 +91,10 @@ pub enum Command {
     Zerocopy(ZerocopyArgs),
     /// Run a copy on threaded engines and write a Chrome/Perfetto timeline of the op layer and the engines.
     Trace(TraceArgs),
+    /// A seeded randomized campaign of pattern-checked transfers on every path and direction, with faults
+    /// mixed in and leak accounting; --instance all runs it on every preset.
+    #[command(after_long_help = cmd::verify::JSON_SCHEMA)]
+    Verify(cmd::verify::VerifyArgs),
     /// Print a shell completion script for ndma to stdout (e.g. `ndma completions bash > ndma.bash`).
     Completions(CompletionsArgs),
     /// Print ndma's man page (roff) to stdout, or write one page per command into a directory.
@@ -358,12 +362,18 @@ pub fn instance_by_name(name: &str) -> CliResult<Instance> {
 ///
 /// The command's failure.
 pub fn run(cli: Cli) -> CliResult {
+    let command = cli.command.unwrap_or(Command::Demo(DemoArgs::default()));
+    let instance = cli.instance.as_deref().unwrap_or(DEFAULT_INSTANCE);
+    // `verify` takes `--instance all` and chooses its own budgets.
+    if let Command::Verify(a) = &command {
+        return cmd::verify::run(instance, cli.silicon_budgets, !cli.quiet, a);
+    }
     let opts = BedOpts {
-        instance: instance_by_name(cli.instance.as_deref().unwrap_or(DEFAULT_INSTANCE))?,
+        instance: instance_by_name(instance)?,
         emulation_budgets: !cli.silicon_budgets,
         timing: if cli.driver_timing { WaitTiming::Driver } else { WaitTiming::Marker },
     };
-    match cli.command.unwrap_or(Command::Demo(DemoArgs::default())) {
+    match command {
         Command::Demo(a) => cmd::demo::run(opts, &a),
         Command::Inspect(a) => cmd::inspect::run(opts, &a, cli.instance.is_some()),
         Command::Copy(a) => cmd::copy::run(opts, &a, !cli.quiet),
@@ -374,6 +384,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Trace(a) => cmd::trace::run(opts, &a),
         Command::Completions(a) => cmd::completions::run(&a),
         Command::Man(a) => cmd::man::run(&a),
+        Command::Verify(_) => unreachable!("handled above"),
     }
 }
 

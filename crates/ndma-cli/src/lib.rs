@@ -2,9 +2,10 @@
 //!
 //! - [`cli`]: the command line and dispatch;
 //! - [`cmd`]: one module per command (`demo`, `inspect`, `copy`, `memset`, `bench`, `faults`, `trace`,
-//!   `completions`, `man`);
+//!   `completions`, `man`, `verify`);
 //! - [`util`]: size parsing, patterns and chunk I/O, testbed and windows, timing and the memcpy baseline,
 //!   tables, the human/JSON output;
+//! - [`verify`]: the randomized verifier behind `ndma verify` (operations, patterns, faults, leak accounting);
 //! - [`logging`]: the stderr log's level and colour;
 //! - [`error`]: the CLI error with errno and exit code.
 
@@ -13,3 +14,4 @@ pub mod cmd;
 pub mod error;
 pub mod logging;
 pub mod util;
+pub mod verify;

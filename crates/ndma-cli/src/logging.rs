@@ -47,7 +47,16 @@ pub fn use_color(stderr_is_terminal: bool, no_color: Option<OsString>) -> bool {
 pub fn init(cli: &Cli) {
     let rust_log = std::env::var("RUST_LOG").ok();
     // Lossy: a malformed RUST_LOG directive is dropped (and reported by tracing) rather than failing the command.
-    let filter = EnvFilter::builder().parse_lossy(directives(cli.verbose, cli.quiet, rust_log.as_deref()));
+    let mut d = directives(cli.verbose, cli.quiet, None);
+    // `verify` judges every error the op layer and the model meet (thousands, with faults): their own log
+    // lines stay off unless -v asks for them.
+    if matches!(cli.command, Some(Command::Verify(_))) && cli.verbose == 0 {
+        d.push_str(",ndma=off,ndma_emu=off");
+    }
+    if let Some(env) = rust_log.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        d = format!("{d},{env}");
+    }
+    let filter = EnvFilter::builder().parse_lossy(d);
     let ansi = use_color(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"));
     let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi).with_filter(filter);
     // Only `ndma trace` records the op layer's debug spans: elsewhere their callsites stay disabled.

@@ -250,6 +250,12 @@ impl FaultPlan {
         self.active.store(true, Ordering::Relaxed);
     }
 
+    /// Restarts the seeded stream [`PlannedFault::Corrupt`] draws its field and bit from: a harness that
+    /// reseeds per operation can replay one operation alone and get the corruption it got inside a long run.
+    pub fn reseed(&self, seed: u64) {
+        lock(&self.inner).rng = ChaCha8Rng::seed_from_u64(seed);
+    }
+
     /// Removes every entry.
     pub fn clear(&self) {
         let mut p = lock(&self.inner);
@@ -586,5 +592,19 @@ mod tests {
         for seed in 0..20 {
             assert_eq!(pick(seed), pick(seed));
         }
+    }
+
+    #[test]
+    fn reseeding_restarts_the_corruption_stream() {
+        let p = FaultPlan::new(1);
+        let next = |p: &FaultPlan| {
+            p.add(PlannedFault::Corrupt { engine: 0, qid: 0, nth: 0 });
+            p.on_fetch(0, 0)
+        };
+        let first: Vec<_> = (0..8).map(|_| next(&p)).collect();
+        p.reseed(1);
+        let again: Vec<_> = (0..8).map(|_| next(&p)).collect();
+        assert_eq!(first, again);
+        assert!(first.iter().all(Option::is_some));
     }
 }

@@ -9,4 +9,5 @@ pub mod inspect;
 pub mod man;
 pub mod memset;
 pub mod trace;
+pub mod verify;
 pub mod zerocopy;

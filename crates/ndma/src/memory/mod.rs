@@ -18,4 +18,4 @@ mod chunk;
 mod pool;
 
 pub use chunk::{MemChunk, MemLocation};
-pub use pool::MemPool;
+pub use pool::{MemPool, PoolUsage};

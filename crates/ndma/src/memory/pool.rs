@@ -20,6 +20,8 @@ struct PoolInner {
     /// Live host chunks: tagged PA → size.
     host: BTreeMap<u64, u64>,
     hbm: RangeAllocator,
+    /// Live device chunks (the allocator knows their bytes, not their number).
+    device_chunks: u64,
 }
 
 impl PoolShared {
@@ -39,6 +41,7 @@ impl PoolShared {
                 // Chunks free exactly what they allocated, once (on drop): a refusal cannot happen.
                 let freed = inner.hbm.free(pa, size);
                 debug_assert!(freed, "device chunk {pa:#x}+{size:#x} freed twice");
+                inner.device_chunks -= u64::from(freed);
             }
         }
     }
@@ -73,14 +76,29 @@ impl PoolShared {
 pub struct MemPool {
     shared: Arc<PoolShared>,
     pci_host_base: u64,
+    hbm_size: u64,
+}
+
+/// What a pool has handed out and not yet got back: the leak check of a long run. A snapshot: other threads
+/// may allocate or free right after.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Live host chunks.
+    pub host_chunks: u64,
+    /// Bytes of the live host chunks.
+    pub host_bytes: u64,
+    /// Live device (HBM) chunks.
+    pub device_chunks: u64,
+    /// Bytes of HBM allocated (alignment padding excluded: chunks are allocated at their exact size).
+    pub device_bytes: u64,
 }
 
 impl MemPool {
     /// A pool whose device chunks come from `[hbm_base, hbm_base + hbm_size)`; host chunks' PAs get
     /// `pci_host_base` (example on [`MemPool`]).
     pub fn new(hbm_base: u64, hbm_size: u64, pci_host_base: u64) -> Self {
-        let inner = PoolInner { host: BTreeMap::new(), hbm: RangeAllocator::new(hbm_base, hbm_size) };
-        MemPool { shared: Arc::new(PoolShared { inner: Mutex::new(inner) }), pci_host_base }
+        let inner = PoolInner { host: BTreeMap::new(), hbm: RangeAllocator::new(hbm_base, hbm_size), device_chunks: 0 };
+        MemPool { shared: Arc::new(PoolShared { inner: Mutex::new(inner) }), pci_host_base, hbm_size }
     }
 
     /// Allocates a host chunk of `size` bytes owned by NC `nc_id` (example on [`MemPool`]).
@@ -102,13 +120,24 @@ impl MemPool {
     ///
     /// [`NdmaError::NoMemory`] when HBM has no free range that large (or `size` is 0).
     pub fn alloc_device(&self, size: u64, nc_id: u32) -> Result<Arc<MemChunk>> {
-        let pa = self
-            .shared
-            .lock()
-            .hbm
-            .alloc(size, DEVICE_CHUNK_ALIGN)
-            .ok_or(NdmaError::NoMemory { what: "device", size })?;
+        let pa = {
+            let mut inner = self.shared.lock();
+            let pa = inner.hbm.alloc(size, DEVICE_CHUNK_ALIGN).ok_or(NdmaError::NoMemory { what: "device", size })?;
+            inner.device_chunks += 1;
+            pa
+        };
         Ok(Arc::new(MemChunk::new(MemLocation::Device, pa, size, nc_id, None, self.shared.clone())))
+    }
+
+    /// The chunks handed out and not yet dropped.
+    pub fn usage(&self) -> PoolUsage {
+        let inner = self.shared.lock();
+        PoolUsage {
+            host_chunks: inner.host.len() as u64,
+            host_bytes: inner.host.values().sum(),
+            device_chunks: inner.device_chunks,
+            device_bytes: self.hbm_size - inner.hbm.free_bytes(),
+        }
     }
 
     /// `mpset_search_mc` for host memory: is `[pa, pa + len)` inside one live host chunk of this pool?

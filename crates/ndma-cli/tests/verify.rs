@@ -1,0 +1,291 @@
+//! `ndma verify`: short campaigns (a fixed seed, and one random seed that is printed) on inline and threaded
+//! engines, with and without faults; the checker itself on planted wrong bytes; replay; the command's JSON
+//! and exit codes.
+//!
+//! Threaded campaigns use emulation budgets: on two cores shared with the other tests an engine worker can be
+//! descheduled for longer than the silicon budget of a small device-to-device batch (~200 µs), which would be
+//! a timeout nobody injected. Their fault mix is then the kinds that need no timeout (delay, bandwidth); the
+//! full mix runs on inline engines, whose doorbell executes before the wait starts.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use ndma::Instance;
+use ndma_cli::util::bed::Dir;
+use ndma_cli::verify::buffers::Side;
+use ndma_cli::verify::campaign::{self, Selection};
+use ndma_cli::verify::check::{self, Clues, Expect, Region};
+use ndma_cli::verify::config::{Bound, Budgets, Config, Engines, FaultMode};
+use ndma_cli::verify::fault::FaultKind;
+use ndma_cli::verify::op::{DrawContext, OpSpec};
+use ndma_cli::verify::path::PathKind;
+use ndma_cli::verify::pattern::Pattern;
+use ndma_cli::verify::summary::Tally;
+use serde_json::Value;
+
+/// One V3 device: trn2.48xlarge's arch without building sixteen devices.
+const TRN2_ONE: Instance = Instance { name: "trn2-1dev", arch: udma::Arch::V3, devices: 1 };
+
+fn config(seed: u64, instance: Instance, engines: Engines, count: u64) -> Config {
+    let mut c = Config::new(seed, instance);
+    c.engines = engines;
+    c.bound = Bound::Count(count);
+    c.budgets = match engines {
+        Engines::Inline => Budgets::Silicon,
+        Engines::Threaded => Budgets::Emulation,
+    };
+    c.hbm_size = Some(4 << 30);
+    c.host_dram_size = Some(8 << 30);
+    c
+}
+
+fn faults(mut c: Config, rate: f64) -> Config {
+    c.faults = FaultMode::Mix;
+    c.fault_rate = rate;
+    c
+}
+
+/// Runs `c`, asserts it found nothing, returns its tally.
+fn passes(c: &Config) -> Tally {
+    let t = campaign::run(c, Selection::All).expect("the instance builds");
+    assert!(t.passed(), "seed {} on {}: {:#?}", c.seed, c.instance.name, t.failures);
+    if let Bound::Count(n) = c.bound {
+        assert_eq!(t.operations, n);
+    }
+    t
+}
+
+/// Every path and direction ran.
+fn covers_every_path(t: &Tally) {
+    for p in PathKind::ALL {
+        for d in p.dirs() {
+            assert!(t.per_path.contains_key(&(p, d.name())), "{} {} never ran: {:?}", p.name(), d.name(), t.per_path);
+        }
+    }
+}
+
+#[test]
+fn inline_fixed_seed_without_faults() {
+    let t = passes(&config(0x5eed, Instance::TRN1_2XLARGE, Engines::Inline, 400));
+    covers_every_path(&t);
+    assert!(t.bytes > 0 && t.outcomes.get("ok").is_some_and(|&n| n > 300), "{:?}", t.outcomes);
+    // The refusals the inputs call for are among the outcomes, each one as expected.
+    for kind in ["partial_descriptor", "invalid_queue_type", "invalid_descriptor_address"] {
+        assert!(t.outcomes.contains_key(kind), "{kind} never drawn: {:?}", t.outcomes);
+    }
+}
+
+#[test]
+fn inline_fixed_seed_with_every_fault_on_v2() {
+    let t = passes(&faults(config(0xfa17, Instance::TRN1_2XLARGE, Engines::Inline, 160), 0.35));
+    let kinds: BTreeSet<FaultKind> = t.faults_injected.keys().copied().collect();
+    assert_eq!(kinds, FaultKind::ALL.into_iter().collect(), "{:?}", t.faults_injected);
+    assert!(t.outcomes.get("timeout").is_some_and(|&n| n > 0), "{:?}", t.outcomes);
+}
+
+#[test]
+fn inline_fixed_seed_with_every_fault_on_v3() {
+    let t = passes(&faults(config(0xfa17, TRN2_ONE, Engines::Inline, 70), 0.5));
+    let kinds: BTreeSet<FaultKind> = t.faults_injected.keys().copied().collect();
+    assert_eq!(kinds, FaultKind::ALL.into_iter().collect(), "{:?}", t.faults_injected);
+}
+
+#[test]
+fn inline_random_seed_with_faults() {
+    let seed = ndma_cli::verify::rng::random_seed();
+    println!("inline_random_seed_with_faults: seed {seed} (replay: ndma verify --seed {seed} --engines inline ...)");
+    passes(&faults(config(seed, Instance::TRN1_2XLARGE, Engines::Inline, 150), 0.2));
+}
+
+#[test]
+fn threaded_fixed_seed_without_faults() {
+    let t = passes(&config(0x7eed, Instance::TRN1_2XLARGE, Engines::Threaded, 300));
+    covers_every_path(&t);
+}
+
+#[test]
+fn threaded_random_seed_with_the_faults_that_need_no_timeout() {
+    let seed = ndma_cli::verify::rng::random_seed();
+    println!("threaded_random_seed_with_the_faults_that_need_no_timeout: seed {seed}");
+    let t = passes(&faults(config(seed, TRN2_ONE, Engines::Threaded, 150), 0.3));
+    let kinds: BTreeSet<FaultKind> = t.faults_injected.keys().copied().collect();
+    // V3 has no reset-window bug: a reset needs no timeout there.
+    let allowed: BTreeSet<FaultKind> = [FaultKind::Delay, FaultKind::Bandwidth, FaultKind::ResetWindow].into();
+    assert!(!kinds.is_empty() && kinds.is_subset(&allowed), "{kinds:?}");
+}
+
+/// The full mix on threaded engines needs silicon budgets, and today a descheduled engine worker on a loaded
+/// two-core machine misses the ~200 µs budget of small device-to-device batches (uninjected timeouts).
+/// Run it with `cargo test -p ndma-cli --test verify -- --ignored` on a quiet machine.
+#[test]
+#[ignore = "silicon budgets do not hold yet for threaded engines on a loaded machine"]
+fn threaded_silicon_budgets_with_every_fault() {
+    let mut c = faults(config(0xfa17, Instance::TRN1_2XLARGE, Engines::Threaded, 300), 0.2);
+    c.budgets = Budgets::Silicon;
+    passes(&c);
+}
+
+/// The 2031-descriptor batch boundary ± 1 byte and ± one descriptor, and several batches: every segment of
+/// this campaign is large. The seed draws a classic copy one descriptor past the boundary (two batches: a
+/// split whose batch bound is off by one stages it as one, and the ring counters show it).
+#[test]
+fn large_sizes_at_the_batch_boundary() {
+    let mut c = config(3, Instance::TRN1_2XLARGE, Engines::Inline, 4);
+    c.paths = vec![PathKind::ClassicSync, PathKind::Async, PathKind::Memset];
+    c.big_rate = 1.0;
+    let ctx = DrawContext {
+        seed: c.seed,
+        paths: c.paths.clone(),
+        devices: 1,
+        ncs: 2,
+        faults: c.faults,
+        fault_rate: c.fault_rate,
+        fault_kinds: Vec::new(),
+        big_rate: c.big_rate,
+    };
+    let past_the_boundary = (0..4).map(|k| OpSpec::draw(&ctx, k)).any(|s| {
+        s.path == PathKind::ClassicSync
+            && s.bytes() > ndma::MAX_BATCH_BYTES
+            && s.bytes() <= ndma::MAX_BATCH_BYTES + 65536
+    });
+    assert!(past_the_boundary, "the seed no longer draws a copy just past the batch boundary");
+    let t = passes(&c);
+    assert!(t.bytes > 2 * ndma::MAX_BATCH_BYTES, "{}", t.bytes);
+}
+
+#[test]
+fn a_replay_runs_exactly_the_operation_drawn() {
+    let c = faults(config(0xfa17, Instance::TRN1_2XLARGE, Engines::Inline, 1), 0.35);
+    let ctx = DrawContext {
+        seed: c.seed,
+        paths: c.paths.clone(),
+        devices: 1,
+        ncs: 2,
+        faults: c.faults,
+        fault_rate: c.fault_rate,
+        fault_kinds: campaign::fault_kinds(&c, true),
+        big_rate: c.big_rate,
+    };
+    let k =
+        (0..1000).find(|&k| OpSpec::draw(&ctx, k).fault.is_some_and(|f| f.kind == FaultKind::Hang)).expect("a hang");
+    let spec = OpSpec::draw(&ctx, k);
+    let t = campaign::run(&c, Selection::One(k)).expect("the instance builds");
+    assert!(t.passed(), "{:#?}", t.failures);
+    assert_eq!(t.operations, 1);
+    assert_eq!(t.faults_injected.get(&FaultKind::Hang), Some(&1));
+    assert_eq!(t.outcomes.get("timeout"), Some(&1));
+    assert!(t.per_path.contains_key(&(spec.path, spec.dir.name())));
+}
+
+/// The checker finds what it is there to find: a byte never written, a block shifted within the source, a
+/// stray write in a guard.
+#[test]
+fn the_checker_names_the_first_bad_byte_and_its_run() {
+    let tb = config(1, Instance::TRN1_2XLARGE, Engines::Inline, 1).testbed().expect("testbed");
+    let (dev, emu) = tb.device(0);
+    let src_p = Pattern::Source(5);
+    let poison = Pattern::Poison(6);
+    let src = Side::alloc(dev, Dir::H2d.src_host(), 0, 0, 100_000).expect("source");
+    let dst = Side::alloc(dev, Dir::H2d.dst_host(), 0, 3, 100_000).expect("destination");
+    src.fill(emu, src_p).expect("fill");
+    dst.fill(emu, poison).expect("poison");
+    dev.memcpy_mc(&src.chunk, &dst.chunk, src.lead, dst.lead, 100_000).expect("copy");
+    let window = Region { name: "window", off: dst.lead, len: 100_000 };
+    let written = Expect::Pattern { pattern: src_p, at: src.lead };
+    let clues = Clues { poison: Some(poison), source: Some((src_p, src.total())) };
+    let check = |r, e| check::region(emu, &dst.chunk, r, e, None, clues).expect("read back");
+    assert!(check(window, written).is_none(), "the copy is right");
+
+    // 1000 bytes at window offset 5000 left as poison.
+    let mut hole = vec![0u8; 1000];
+    poison.fill(dst.lead + 5000, &mut hole);
+    ndma_cli::verify::buffers::write(emu, &dst.chunk, dst.lead + 5000, &hole).expect("plant");
+    let m = check(window, written).expect("a mismatch");
+    assert_eq!((m.region_offset, m.run, m.bad_bytes), (5000, 1000, 1000), "{m}");
+    assert!(m.diagnosis.contains("never written"), "{m}");
+
+    // 64 bytes at window offset 9000 taken from 24 bytes further on in the source.
+    let mut shifted = vec![0u8; 64];
+    src_p.fill(src.lead + 9024, &mut shifted);
+    ndma_cli::verify::buffers::write(emu, &dst.chunk, dst.lead + 9000, &shifted).expect("plant");
+    let r = Region { name: "window", off: dst.lead + 8000, len: 2000 };
+    let m = check(r, Expect::Pattern { pattern: src_p, at: src.lead + 8000 }).expect("a mismatch");
+    assert_eq!((m.region_offset, m.chunk_offset), (1000, dst.lead + 9000), "{m}");
+    assert!(m.run <= 64 && m.run > 56, "{m}");
+    assert!(m.diagnosis.contains("shifted by 24"), "{m}");
+
+    // A stray source byte in the guard after the window.
+    ndma_cli::verify::buffers::write(emu, &dst.chunk, dst.lead + 100_000 + 7, &[0x80]).expect("plant");
+    let guard = Region { name: "guard", off: dst.lead + 100_000, len: 4096 };
+    let m = check(guard, Expect::Pattern { pattern: poison, at: dst.lead + 100_000 }).expect("a mismatch");
+    assert_eq!((m.region_offset, m.run, m.bad_bytes), (7, 1, 1), "{m}");
+    // A partial transfer: poison or the right byte are both fine, a third value is not.
+    let partial = check::region(emu, &dst.chunk, window, written, Some(poison), clues).expect("read back");
+    let m = partial.expect("the shifted block is neither");
+    assert_eq!(m.region_offset, 9000, "{m}");
+}
+
+fn ndma(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ndma"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("run ndma")
+}
+
+/// Every key of a document (the values of `outcomes` and `faults_injected` are counts, their keys names).
+fn keys(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                out.insert(k.clone());
+                keys(x, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
+        _ => {}
+    }
+}
+
+const README: &str = include_str!("../../../README.md");
+
+#[test]
+fn the_json_parses_is_documented_and_reports_the_seed() {
+    let o = ndma(&["verify", "--count", "40", "--seed", "0x2a", "--engines", "inline", "--json", "-"]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(
+        (v["command"].as_str(), v["seed"].as_u64(), v["operations"].as_u64()),
+        (Some("verify"), Some(42), Some(40))
+    );
+    for zero in ["corrupt", "leaks", "uninjected_timeouts", "escapes", "panics"] {
+        assert_eq!(v[zero].as_u64(), Some(0), "{zero}: {v}");
+    }
+    assert_eq!(v["passed"], true);
+    assert!(v["outcomes"]["ok"].as_u64().is_some_and(|n| n > 0), "{v}");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("seed 42"), "the seed is printed beside the JSON: {stderr}");
+    let help = String::from_utf8_lossy(&ndma(&["verify", "--help"]).stdout).into_owned();
+    let row = README.lines().find(|l| l.starts_with("| `verify` |")).expect("README schema row for verify");
+    let words = |s: &str| -> BTreeSet<String> {
+        s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')).map(str::to_string).collect()
+    };
+    let (in_help, in_row) = (words(&help), words(row));
+    let mut ks = BTreeSet::new();
+    keys(&v, &mut ks);
+    for k in ks {
+        assert!(in_help.contains(&k), "`ndma verify --help` does not document {k:?}");
+        assert!(in_row.contains(&k), "the README's verify row lacks {k:?}");
+    }
+}
+
+#[test]
+fn exit_codes() {
+    let code = |args: &[&str]| ndma(args).status.code();
+    assert_eq!(code(&["verify", "--count", "5", "--engines", "inline", "-q"]), Some(0));
+    assert_eq!(code(&["verify", "--fault-rate", "2"]), Some(2));
+    assert_eq!(code(&["verify", "--count", "1", "--duration", "1s"]), Some(2));
+    assert_eq!(code(&["--instance", "p4d", "verify", "--count", "1"]), Some(2));
+    assert_eq!(code(&["--silicon-budgets", "verify", "--budgets", "emulation"]), Some(2));
+}
