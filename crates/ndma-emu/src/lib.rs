@@ -44,6 +44,7 @@ pub mod system;
 mod testbed;
 mod trace;
 pub mod user;
+mod wait_limit;
 mod waiters;
 mod worker;
 
