@@ -2,19 +2,58 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Args, Parser, Subcommand};
 use ndma::Instance;
-use ndma_emu::WaitTiming;
+use ndma_emu::test_utils::Dir;
+use ndma_emu::{ExecPolicy, Testbed, TestbedConfig, WaitTiming};
 
 use crate::cmd;
 use crate::error::{CliError, CliResult};
-use crate::util::bed::{BedOpts, Dir};
 use crate::util::output::JsonArg;
 use crate::util::size::size_arg;
 use crate::util::user::{layout_arg, Layout, UserDir};
 
 /// The instance emulated when `--instance` is not given.
 pub const DEFAULT_INSTANCE: &str = "trn1.2xlarge";
+
+/// How to build the instance a command runs on: the global options.
+#[derive(Debug, Clone, Copy)]
+pub struct BedOpts {
+    /// The instance preset.
+    pub instance: Instance,
+    /// Scale poll budgets as on an emulation platform (×100000) instead of silicon budgets.
+    pub emulation_budgets: bool,
+    /// How the platform times the op layer's marker waits (`--driver-timing`: [`WaitTiming::Driver`]).
+    pub timing: WaitTiming,
+}
+
+/// Builds the instance with `exec` engines, the default (relaxed) fabric ordering, a real clock and
+/// `opts.timing`.
+///
+/// # Errors
+///
+/// The model's or the op layer's refusal.
+pub fn testbed(opts: BedOpts, exec: ExecPolicy) -> CliResult<Testbed> {
+    let mut cfg = TestbedConfig::new(opts.instance);
+    cfg.exec = exec;
+    cfg.emulation_budgets = opts.emulation_budgets;
+    cfg.timing = opts.timing;
+    tracing::debug!(
+        instance = opts.instance.name,
+        ?exec,
+        emulation_budgets = opts.emulation_budgets,
+        timing = ?opts.timing,
+        "building testbed"
+    );
+    Ok(Testbed::new(cfg)?)
+}
+
+/// `--dir`: a copy direction by name (`h2d`, `d2h`, `d2d`, `h2h`).
+fn dir_arg() -> impl TypedValueParser<Value = Dir> {
+    PossibleValuesParser::new(Dir::ALL.map(|d| PossibleValue::new(d.name()).help(d.long_name())))
+        .try_map(|s| s.parse::<Dir>())
+}
 
 /// The end of `ndma --help` and of the man page: exit codes and environment.
 pub const AFTER_HELP: &str = "\
@@ -132,7 +171,7 @@ pub struct ManArgs {
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     /// Copy direction.
-    #[arg(long, value_enum, default_value = "h2d")]
+    #[arg(long, value_parser = dir_arg(), default_value = "h2d")]
     pub dir: Dir,
     /// Bytes per copy.
     #[arg(long, value_parser = size_arg, default_value = "1M")]
@@ -214,7 +253,7 @@ pub struct InspectArgs {
     #[arg(long, default_value_t = 0)]
     pub nc: u32,
     /// Copy direction.
-    #[arg(long, value_enum, default_value = "h2d")]
+    #[arg(long, value_parser = dir_arg(), default_value = "h2d")]
     pub dir: Dir,
     /// Also print each descriptor's raw words (len_ctrl, word 1, address).
     #[arg(long)]
@@ -277,7 +316,7 @@ pub struct ZerocopyArgs {
 #[derive(Debug, Args)]
 pub struct CopyArgs {
     /// Copy direction.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = dir_arg())]
     pub dir: Dir,
     /// Bytes per copy (e.g. 4K, 1M, 256M).
     #[arg(long, value_parser = size_arg)]

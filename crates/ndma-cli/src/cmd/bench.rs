@@ -27,9 +27,8 @@ use ndma::Instance;
 use ndma_emu::{ExecPolicy, Testbed, WaitTiming};
 use serde::Serialize;
 
-use crate::cli::BenchArgs;
+use crate::cli::{testbed, BedOpts, BenchArgs};
 use crate::error::{CliError, CliResult};
-use crate::util::bed::{testbed, BedOpts, Dir, Window};
 use crate::util::idle_cpu::idle_cpu_percent;
 use crate::util::latency::{roundtrip, Latency};
 use crate::util::measure::Rig;
@@ -41,6 +40,7 @@ use crate::util::size::fmt_size;
 use crate::util::table::{fmt_gbps, fmt_ratio, Table};
 use crate::util::timing::{gbps, Plan};
 use crate::util::zerocopy_bench::{case_name, Layout, ZcBed, WAYS};
+use ndma_emu::test_utils::{Dir, Window};
 
 /// The `--json` schema, shown by `ndma bench --help` (the README has the same).
 pub const JSON_SCHEMA: &str = "\
@@ -512,7 +512,7 @@ fn latency_cases(tb: &Testbed, opts: BedOpts, arch: &str, p: &Params, out: Out, 
         p.roundtrips, pp.median_ns, pp.p99_ns
     ));
     let first_wait_ns = dev.dhal().wait_budget(2, false).first_wait_us * 1000;
-    let window = |dir| Window::new(dev, emu, dir, SIZE, 0, 0x4b);
+    let window = |dir| Window::new(dev, emu, dir, SIZE, 0, 0x4b).map_err(CliError::from);
     let h2d = match window(Dir::H2d) {
         Ok(w) => w,
         Err(e) => return res.push(Case::new("roundtrip_4k", arch, "sync", SIZE), Err(e)),
