@@ -146,6 +146,7 @@ pub struct DemoArgs {
     /// One sample per case and sizes up to 1 MiB only (finishes in seconds; for tests and smoke runs).
     #[arg(long)]
     pub quick: bool,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -199,6 +200,7 @@ pub struct FaultsArgs {
     /// Length of the NeuronCore reset, in jiffies (ms), for `reset-window`.
     #[arg(long, default_value_t = 100)]
     pub reset_ms: u64,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -268,6 +270,7 @@ pub struct InspectArgs {
     /// With --zerocopy: where the piece starts, in bytes past the start of a page (its page offset).
     #[arg(long, value_parser = size_arg, default_value = "0", value_name = "BYTES", requires = "zerocopy")]
     pub offset: u64,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -308,6 +311,7 @@ pub struct ZerocopyArgs {
     /// Seed of the frame placement (scattered, runs:K) and of the data pattern.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -327,6 +331,7 @@ pub struct CopyArgs {
     /// Issue N copies of SIZE through the async pipeline (each must fit one batch, ndma::MAX_BATCH_BYTES).
     #[arg(long = "async", value_name = "N")]
     pub async_count: Option<u64>,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -343,6 +348,7 @@ pub struct MemsetArgs {
     /// NeuronCore owning the device chunk.
     #[arg(long, default_value_t = 0)]
     pub nc: u32,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -350,6 +356,7 @@ pub struct MemsetArgs {
 /// `ndma bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
     /// Fewer repetitions and no 256 MiB cases (finishes in seconds; for tests and smoke runs).

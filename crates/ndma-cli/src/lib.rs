@@ -9,6 +9,8 @@
 //! - [`logging`]: the stderr log's level and colour;
 //! - [`error`]: the CLI error with errno and exit code.
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod cmd;
 pub mod error;

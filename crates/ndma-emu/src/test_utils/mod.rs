@@ -4,7 +4,7 @@
 //!
 //! - [`bed`]: instances and [`Testbed`](crate::Testbed)s with the tests' sizes, and the bound every marker
 //!   wait of a test gets ([`TEST_WAIT_LIMIT`]);
-//! - [`pattern`]: a seeded byte stream any window of which regenerates independently;
+//! - [`pattern`](mod@pattern): a seeded byte stream any window of which regenerates independently;
 //! - [`chunk`]: reading, writing, filling and checking an op-layer [`MemChunk`](ndma::MemChunk) (host chunks
 //!   through the CPU, device chunks through the model's back door);
 //! - [`Dir`]: the four copy directions; [`Window`]: a guarded source/destination pair (dmatest-style: a
