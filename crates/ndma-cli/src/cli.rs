@@ -28,12 +28,31 @@ pub struct BedOpts {
     pub timing: WaitTiming,
 }
 
-/// Builds the instance with `exec` engines, the default (relaxed) fabric ordering, a real clock and
-/// `opts.timing`.
+/// The environment variable that bounds every marker wait of a command, in milliseconds: for tests, which
+/// run threaded engines with emulation budgets (×100000) and must fail within seconds when a completion is
+/// lost (see `EmuPlatform::set_wait_limit`: the command then panics, naming the marker word).
+pub const TEST_WAIT_LIMIT_ENV: &str = "NDMA_TEST_WAIT_LIMIT_MS";
+
+/// Bounds `tb`'s marker waits by [`TEST_WAIT_LIMIT_ENV`] when it is set.
 ///
 /// # Errors
 ///
-/// The model's or the op layer's refusal.
+/// [`CliError::Usage`] when it is set to anything but a positive number of milliseconds.
+pub fn bound_waits_from_env(tb: &Testbed) -> CliResult {
+    let Some(v) = std::env::var_os(TEST_WAIT_LIMIT_ENV) else { return Ok(()) };
+    let ms = v.to_str().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&ms| ms > 0).ok_or_else(|| {
+        CliError::Usage(format!("{TEST_WAIT_LIMIT_ENV}={v:?}: expected a positive number of milliseconds"))
+    })?;
+    tb.platform.set_wait_limit(Some(std::time::Duration::from_millis(ms)));
+    Ok(())
+}
+
+/// Builds the instance with `exec` engines, the default (relaxed) fabric ordering, a real clock and
+/// `opts.timing`; marker waits are bounded when [`TEST_WAIT_LIMIT_ENV`] says so.
+///
+/// # Errors
+///
+/// The model's or the op layer's refusal; a malformed [`TEST_WAIT_LIMIT_ENV`].
 pub fn testbed(opts: BedOpts, exec: ExecPolicy) -> CliResult<Testbed> {
     let mut cfg = TestbedConfig::new(opts.instance);
     cfg.exec = exec;
@@ -46,7 +65,9 @@ pub fn testbed(opts: BedOpts, exec: ExecPolicy) -> CliResult<Testbed> {
         timing = ?opts.timing,
         "building testbed"
     );
-    Ok(Testbed::new(cfg)?)
+    let tb = Testbed::new(cfg)?;
+    bound_waits_from_env(&tb)?;
+    Ok(tb)
 }
 
 /// `--dir`: a copy direction by name (`h2d`, `d2h`, `d2d`, `h2h`).
@@ -68,6 +89,9 @@ Exit status:
 Environment:
   RUST_LOG   tracing filter directives, applied after -q/-v (e.g. RUST_LOG=ndma::classic=debug, RUST_LOG=off)
   NO_COLOR   when non-empty, no colour anywhere; colour is used only when the stream is a terminal anyway
+  NDMA_TEST_WAIT_LIMIT_MS
+             for tests: a marker wait that lasts longer than this many ms panics the command (a lost
+             completion then fails within seconds instead of waiting out an emulation budget)
 
 Results go to stdout, the log and progress bars to stderr. --json FILE writes one JSON document per run
 (schema: `ndma <command> --help`); --json - writes it to stdout instead of the human report.";
