@@ -13,11 +13,11 @@ use crate::EmuDevice;
 /// Block size of chunk I/O.
 const BLOCK: usize = 1 << 20;
 
-fn op(what: &str) -> impl FnOnce(ndma::NdmaError) -> HarnessError + '_ {
+fn op_err(what: &str) -> impl FnOnce(ndma::NdmaError) -> HarnessError + '_ {
     move |err| HarnessError::Ndma { what: what.to_string(), err }
 }
 
-fn emu(what: &str) -> impl FnOnce(crate::EmuError) -> HarnessError + '_ {
+fn emu_err(what: &str) -> impl FnOnce(crate::EmuError) -> HarnessError + '_ {
     move |err| HarnessError::Emu { what: what.to_string(), err }
 }
 
@@ -36,11 +36,11 @@ pub fn alloc(dev: &NeuronDevice, host: bool, size: u64, nc: u32) -> Result<Arc<M
 /// # Errors
 ///
 /// The op layer's ([`HarnessError::Ndma`]) or the model's ([`HarnessError::Emu`]) refusal: out of range.
-pub fn write_chunk(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, data: &[u8]) -> Result<(), HarnessError> {
+pub fn write_chunk(emu: &EmuDevice, mc: &MemChunk, off: u64, data: &[u8]) -> Result<(), HarnessError> {
     if mc.is_host() {
-        mc.write(off, data).map_err(op("writing a host chunk"))
+        mc.write(off, data).map_err(op_err("writing a host chunk"))
     } else {
-        emu_dev.hbm_write(mc.pa() + off, data).map_err(emu("writing HBM"))
+        emu.hbm_write(mc.pa() + off, data).map_err(emu_err("writing HBM"))
     }
 }
 
@@ -49,11 +49,11 @@ pub fn write_chunk(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, data: &[u8]) ->
 /// # Errors
 ///
 /// As [`write_chunk`].
-pub fn read_chunk(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, out: &mut [u8]) -> Result<(), HarnessError> {
+pub fn read_chunk(emu: &EmuDevice, mc: &MemChunk, off: u64, out: &mut [u8]) -> Result<(), HarnessError> {
     if mc.is_host() {
-        mc.read(off, out).map_err(op("reading a host chunk"))
+        mc.read(off, out).map_err(op_err("reading a host chunk"))
     } else {
-        emu_dev.hbm_read(mc.pa() + off, out).map_err(emu("reading HBM"))
+        emu.hbm_read(mc.pa() + off, out).map_err(emu_err("reading HBM"))
     }
 }
 
@@ -62,9 +62,9 @@ pub fn read_chunk(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, out: &mut [u8]) 
 /// # Errors
 ///
 /// As [`write_chunk`].
-pub fn read_vec(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, len: u64) -> Result<Vec<u8>, HarnessError> {
+pub fn read_vec(emu: &EmuDevice, mc: &MemChunk, off: u64, len: u64) -> Result<Vec<u8>, HarnessError> {
     let mut out = vec![0u8; len as usize];
-    read_chunk(emu_dev, mc, off, &mut out)?;
+    read_chunk(emu, mc, off, &mut out)?;
     Ok(out)
 }
 
@@ -73,11 +73,11 @@ pub fn read_vec(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, len: u64) -> Resul
 /// # Errors
 ///
 /// As [`write_chunk`].
-pub fn fill_chunk(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, len: u64, byte: u8) -> Result<(), HarnessError> {
+pub fn fill_chunk(emu: &EmuDevice, mc: &MemChunk, off: u64, len: u64, byte: u8) -> Result<(), HarnessError> {
     if mc.is_host() {
-        mc.fill(off, len, byte).map_err(op("filling a host chunk"))
+        mc.fill(off, len, byte).map_err(op_err("filling a host chunk"))
     } else {
-        emu_dev.hbm_fill(mc.pa() + off, len, byte).map_err(emu("filling HBM"))
+        emu.hbm_fill(mc.pa() + off, len, byte).map_err(emu_err("filling HBM"))
     }
 }
 
@@ -86,13 +86,13 @@ pub fn fill_chunk(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, len: u64, byte: 
 /// # Errors
 ///
 /// As [`write_chunk`].
-pub fn write_pattern(emu_dev: &EmuDevice, mc: &MemChunk, off: u64, len: u64, seed: u64) -> Result<(), HarnessError> {
+pub fn write_pattern(emu: &EmuDevice, mc: &MemChunk, off: u64, len: u64, seed: u64) -> Result<(), HarnessError> {
     let mut buf = vec![0u8; BLOCK.min(len as usize)];
     let mut done = 0u64;
     while done < len {
         let n = (len - done).min(BLOCK as u64) as usize;
         fill_pattern(seed, off + done, &mut buf[..n]);
-        write_chunk(emu_dev, mc, off + done, &buf[..n])?;
+        write_chunk(emu, mc, off + done, &buf[..n])?;
         done += n as u64;
     }
     Ok(())
@@ -114,7 +114,7 @@ pub enum Expect {
 /// [`HarnessError::Mismatch`] naming `what`, the first wrong offset, the byte found and the byte expected;
 /// I/O errors as [`read_chunk`].
 pub fn verify_chunk(
-    emu_dev: &EmuDevice,
+    emu: &EmuDevice,
     mc: &MemChunk,
     off: u64,
     len: u64,
@@ -126,7 +126,7 @@ pub fn verify_chunk(
     let mut done = 0u64;
     while done < len {
         let n = (len - done).min(BLOCK as u64) as usize;
-        read_chunk(emu_dev, mc, off + done, &mut got[..n])?;
+        read_chunk(emu, mc, off + done, &mut got[..n])?;
         match expect {
             Expect::Pattern(seed) => fill_pattern(seed, off + done, &mut want[..n]),
             Expect::Byte(b) => want[..n].fill(b),

@@ -114,3 +114,46 @@ impl<'a> Window<'a> {
         verify_chunk(emu, dst, GUARD + self.len, GUARD, Expect::Byte(DST_FILL), &after)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_utils::{testbed, write_chunk};
+    use crate::{ClockKind, ExecPolicy, OrderingMode};
+    use udma::Arch;
+
+    #[test]
+    fn verify_names_the_first_wrong_byte_in_either_guard_and_in_the_payload() {
+        let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Strict, ClockKind::Fake);
+        let (dev, emu) = tb.device(0);
+        for dir in Dir::ALL {
+            let w = Window::new(dev, emu, dir, 1000, 0, 5).unwrap();
+            let err = w.verify("fresh", false).unwrap_err();
+            // Nothing copied yet: the destination's payload still holds DST_FILL.
+            let first = pattern(5, GUARD, 1);
+            assert!(
+                matches!(err, HarnessError::Mismatch { offset: GUARD, found: DST_FILL, expected, .. } if expected == first[0]),
+                "{dir}: {err}"
+            );
+            w.copy_all().unwrap();
+            w.verify("copied", true).unwrap();
+            for (at, what) in [
+                (GUARD - 1, "guard before destination"),
+                (GUARD + 1000, "guard after destination"),
+                (GUARD + 500, "destination"),
+            ] {
+                let was = crate::test_utils::read_vec(emu, &w.dst, at, 1).unwrap()[0];
+                write_chunk(emu, &w.dst, at, &[!was]).unwrap();
+                match w.verify("tampered", false).unwrap_err() {
+                    HarnessError::Mismatch { what: region, offset, found, .. } => {
+                        assert_eq!((offset, found), (at, !was), "{dir} {what}");
+                        assert_eq!(region, format!("tampered: {what}"), "{dir}");
+                    }
+                    e => panic!("{dir} {what}: {e}"),
+                }
+                write_chunk(emu, &w.dst, at, &[was]).unwrap();
+            }
+            w.verify("restored", true).unwrap();
+        }
+    }
+}
