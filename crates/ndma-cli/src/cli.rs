@@ -28,31 +28,12 @@ pub struct BedOpts {
     pub timing: WaitTiming,
 }
 
-/// The environment variable that bounds every marker wait of a command, in milliseconds: for tests, which
-/// run threaded engines with emulation budgets (×100000) and must fail within seconds when a completion is
-/// lost (see `EmuPlatform::set_wait_limit`: the command then panics, naming the marker word).
-pub const TEST_WAIT_LIMIT_ENV: &str = "NDMA_TEST_WAIT_LIMIT_MS";
-
-/// Bounds `tb`'s marker waits by [`TEST_WAIT_LIMIT_ENV`] when it is set.
-///
-/// # Errors
-///
-/// [`CliError::Usage`] when it is set to anything but a positive number of milliseconds.
-pub fn bound_waits_from_env(tb: &Testbed) -> CliResult {
-    let Some(v) = std::env::var_os(TEST_WAIT_LIMIT_ENV) else { return Ok(()) };
-    let ms = v.to_str().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&ms| ms > 0).ok_or_else(|| {
-        CliError::Usage(format!("{TEST_WAIT_LIMIT_ENV}={v:?}: expected a positive number of milliseconds"))
-    })?;
-    tb.platform.set_wait_limit(Some(std::time::Duration::from_millis(ms)));
-    Ok(())
-}
-
 /// Builds the instance with `exec` engines, the default (relaxed) fabric ordering, a real clock and
-/// `opts.timing`; marker waits are bounded when [`TEST_WAIT_LIMIT_ENV`] says so.
+/// `opts.timing`.
 ///
 /// # Errors
 ///
-/// The model's or the op layer's refusal; a malformed [`TEST_WAIT_LIMIT_ENV`].
+/// The model's or the op layer's refusal.
 pub fn testbed(opts: BedOpts, exec: ExecPolicy) -> CliResult<Testbed> {
     let mut cfg = TestbedConfig::new(opts.instance);
     cfg.exec = exec;
@@ -65,9 +46,7 @@ pub fn testbed(opts: BedOpts, exec: ExecPolicy) -> CliResult<Testbed> {
         timing = ?opts.timing,
         "building testbed"
     );
-    let tb = Testbed::new(cfg)?;
-    bound_waits_from_env(&tb)?;
-    Ok(tb)
+    Ok(Testbed::new(cfg)?)
 }
 
 /// `--dir`: a copy direction by name (`h2d`, `d2h`, `d2d`, `h2h`).
@@ -89,9 +68,6 @@ Exit status:
 Environment:
   RUST_LOG   tracing filter directives, applied after -q/-v (e.g. RUST_LOG=ndma::classic=debug, RUST_LOG=off)
   NO_COLOR   when non-empty, no colour anywhere; colour is used only when the stream is a terminal anyway
-  NDMA_TEST_WAIT_LIMIT_MS
-             for tests: a marker wait that lasts longer than this many ms panics the command (a lost
-             completion then fails within seconds instead of waiting out an emulation budget)
 
 Results go to stdout, the log and progress bars to stderr. --json FILE writes one JSON document per run
 (schema: `ndma <command> --help`); --json - writes it to stdout instead of the human report.";
@@ -104,12 +80,12 @@ pub struct Cli {
     /// default trn1.2xlarge; `verify` also takes `all`; `inspect --zerocopy` without it shows trn1.2xlarge and trn2.48xlarge side by side).
     #[arg(long, global = true, value_name = "NAME")]
     pub instance: Option<String>,
-    /// Use silicon marker-poll budgets instead of the driver's emulation-platform scaling (×100000). The
-    /// emulated engines run on host threads the OS may deschedule for milliseconds, longer than the silicon
-    /// budget of a small device-to-device batch (~210 µs), so the CLI declares itself an emulation platform
-    /// as the driver would on an emulator. `faults` always uses silicon budgets (with inline engines).
+    /// Scale the marker-poll budgets ×100000 as the driver does on an emulation platform, instead of the
+    /// silicon budgets (the default, which the emulated engines hold on a loaded machine: a waiting thread
+    /// executes pending work itself when the engine's worker is not running). `faults` always uses silicon
+    /// budgets (with inline engines).
     #[arg(long, global = true)]
-    pub silicon_budgets: bool,
+    pub emulation_budgets: bool,
     /// Wait for markers with the driver's timing: the first wait and every 1 µs poll interval run to their
     /// end before the marker is looked at (the faithful baseline). By default a wait returns the moment the
     /// engine writes the marker; poll counts and budgets are the driver's either way.
@@ -436,11 +412,11 @@ pub fn run(cli: Cli) -> CliResult {
     let instance = cli.instance.as_deref().unwrap_or(DEFAULT_INSTANCE);
     // `verify` takes `--instance all` and chooses its own budgets.
     if let Command::Verify(a) = &command {
-        return cmd::verify::run(instance, cli.silicon_budgets, !cli.quiet, a);
+        return cmd::verify::run(instance, cli.emulation_budgets, !cli.quiet, a);
     }
     let opts = BedOpts {
         instance: instance_by_name(instance)?,
-        emulation_budgets: !cli.silicon_budgets,
+        emulation_budgets: cli.emulation_budgets,
         timing: if cli.driver_timing { WaitTiming::Driver } else { WaitTiming::Marker },
     };
     match command {

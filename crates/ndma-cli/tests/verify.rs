@@ -287,5 +287,5 @@ fn exit_codes() {
     assert_eq!(code(&["verify", "--fault-rate", "2"]), Some(2));
     assert_eq!(code(&["verify", "--count", "1", "--duration", "1s"]), Some(2));
     assert_eq!(code(&["--instance", "p4d", "verify", "--count", "1"]), Some(2));
-    assert_eq!(code(&["--silicon-budgets", "verify", "--budgets", "emulation"]), Some(2));
+    assert_eq!(code(&["--silicon-budgets", "verify", "--count", "1"]), Some(2), "no such option any more");
 }

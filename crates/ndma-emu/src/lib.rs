@@ -45,7 +45,6 @@ pub mod system;
 mod testbed;
 mod trace;
 pub mod user;
-mod wait_limit;
 mod waiters;
 mod worker;
 

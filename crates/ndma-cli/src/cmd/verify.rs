@@ -157,10 +157,9 @@ pub fn instances(name: &str) -> CliResult<Vec<Instance>> {
 ///
 /// Usage errors, set-up failures, and [`CliError::Verify`] when anything was found (after the report and the
 /// JSON are written).
-pub fn run(instance: &str, silicon_flag: bool, progress: bool, a: &VerifyArgs) -> CliResult {
-    if silicon_flag && a.budgets == Budgets::Emulation {
-        return Err(CliError::Usage("--silicon-budgets contradicts --budgets emulation".into()));
-    }
+pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs) -> CliResult {
+    // The global `--emulation-budgets` is `--budgets emulation`.
+    let budgets = if emulation_flag { Budgets::Emulation } else { a.budgets };
     let instances = instances(instance)?;
     let seed = a.seed.unwrap_or_else(random_seed);
     let out = a.json.out();
@@ -183,7 +182,7 @@ pub fn run(instance: &str, silicon_flag: bool, progress: bool, a: &VerifyArgs) -
         faults: a.faults,
         fault_rate: a.fault_rate,
         big_rate: a.big_rate,
-        budgets: a.budgets,
+        budgets: budgets,
         ordering: a.ordering,
         progress,
         ..Config::new(seed, inst)
@@ -197,7 +196,7 @@ pub fn run(instance: &str, silicon_flag: bool, progress: bool, a: &VerifyArgs) -
         faults: if a.faults == FaultMode::Mix { "mix" } else { "none" },
         fault_rate: a.fault_rate,
         big_rate: a.big_rate,
-        budgets: a.budgets.name(),
+        budgets: budgets.name(),
         ordering: a.ordering.name(),
         threads: a.threads as usize,
         paths: paths.clone(),
@@ -209,7 +208,7 @@ pub fn run(instance: &str, silicon_flag: bool, progress: bool, a: &VerifyArgs) -
         header.budgets,
         header.ordering,
         header.faults,
-        match (a.faults, a.budgets) {
+        match (a.faults, budgets) {
             (FaultMode::None, _) => String::new(),
             (FaultMode::Mix, Budgets::Silicon) => format!(" ({})", a.fault_rate),
             (FaultMode::Mix, Budgets::Emulation) => format!(" ({}; no kind that needs a timeout)", a.fault_rate),

@@ -1,17 +1,10 @@
-//! Test beds: instances and [`Testbed`]s with the tests' memory sizes, every marker wait bounded in
-//! wall-clock time.
-
-use std::time::Duration;
+//! Test beds: instances and [`Testbed`]s with the tests' memory sizes and the driver's silicon budgets, so a
+//! lost completion fails a test within milliseconds of polling.
 
 use ndma::Instance;
 use udma::Arch;
 
 use crate::{ClockKind, ExecPolicy, OrderingMode, Testbed, TestbedConfig};
-
-/// How long a test's marker wait may go without its completion before the test fails (see
-/// [`EmuPlatform::set_wait_limit`](crate::EmuPlatform::set_wait_limit)): far beyond any batch a test copies,
-/// even on a loaded machine, so only a lost completion reaches it.
-pub const TEST_WAIT_LIMIT: Duration = Duration::from_secs(10);
 
 /// A one-device instance of `arch` (V2: trn1.2xlarge; V3: one trn2 device).
 pub fn instance(arch: Arch) -> Instance {
@@ -22,30 +15,30 @@ pub fn instance(arch: Arch) -> Instance {
 }
 
 /// The tests' configuration of [`instance`]`(arch)`: 4 GiB of HBM, 8 GiB of host DRAM (both committed
-/// lazily). Threaded engines get emulation budgets (×100000): they share two cores with the other tests, and
-/// the silicon budget of a small device-to-device batch (~200 µs) is shorter than a descheduled worker;
-/// [`bounded`] bounds their waits instead. Inline engines keep silicon budgets, so injected hangs time out in
-/// milliseconds.
+/// lazily), silicon budgets for every engine policy. Threaded engines hold them on a loaded two-core machine:
+/// a waiting thread executes pending work itself when the worker is not running, and its delay outlasts the
+/// poll interval while an engine is mid-batch, so a descheduled worker does not use up the budget. A lost
+/// completion (or an injected hang) therefore times out after the driver's budget — milliseconds — instead of
+/// the hours of polls that emulation budgets (×100000) allow.
 pub fn testbed_config(arch: Arch, exec: ExecPolicy, ordering: OrderingMode, clock: ClockKind) -> TestbedConfig {
     let mut cfg = TestbedConfig::new(instance(arch));
     cfg.exec = exec;
     cfg.ordering = ordering;
     cfg.clock = clock;
-    cfg.emulation_budgets = exec == ExecPolicy::Threaded;
+    cfg.emulation_budgets = false;
     cfg.hbm_size = Some(4 << 30);
     cfg.host_dram_size = 8 << 30;
     cfg
 }
 
-/// Builds `cfg` with every marker wait bounded by [`TEST_WAIT_LIMIT`].
+/// Builds `cfg`, whose budgets bound every marker wait (the driver's silicon budgets unless the caller asked
+/// for emulation budgets).
 ///
 /// # Panics
 ///
 /// If the testbed cannot be built (a test set-up failure).
 pub fn bounded(cfg: TestbedConfig) -> Testbed {
-    let tb = Testbed::new(cfg).unwrap_or_else(|e| panic!("test bed: {e}"));
-    tb.platform.set_wait_limit(Some(TEST_WAIT_LIMIT));
-    tb
+    Testbed::new(cfg).unwrap_or_else(|e| panic!("test bed: {e}"))
 }
 
 /// [`bounded`]`(`[`testbed_config`]`(…))`.

@@ -2,8 +2,8 @@
 //! the model's own tests and the `ndma` command all need to build an emulated instance, fill and check
 //! memory, and wait with a bound.
 //!
-//! - [`bed`]: instances and [`Testbed`](crate::Testbed)s with the tests' sizes, and the bound every marker
-//!   wait of a test gets ([`TEST_WAIT_LIMIT`]);
+//! - [`bed`]: instances and [`Testbed`](crate::Testbed)s with the tests' sizes and silicon budgets, which
+//!   bound every marker wait of a test;
 //! - [`pattern`](mod@pattern): a seeded byte stream any window of which regenerates independently;
 //! - [`chunk`]: reading, writing, filling and checking an op-layer [`MemChunk`](ndma::MemChunk) (host chunks
 //!   through the CPU, device chunks through the model's back door);
@@ -23,7 +23,7 @@ pub mod pattern;
 pub mod rig;
 mod window;
 
-pub use bed::{adversarial, bounded, instance, testbed, testbed_config, TEST_WAIT_LIMIT};
+pub use bed::{adversarial, bounded, instance, testbed, testbed_config};
 pub use chunk::{alloc, fill_chunk, read_chunk, read_vec, verify_chunk, write_chunk, write_pattern, Expect};
 pub use dir::{Dir, ParseDirError};
 pub use error::HarnessError;
