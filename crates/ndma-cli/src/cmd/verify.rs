@@ -182,7 +182,7 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
         faults: a.faults,
         fault_rate: a.fault_rate,
         big_rate: a.big_rate,
-        budgets: budgets,
+        budgets,
         ordering: a.ordering,
         progress,
         ..Config::new(seed, inst)
