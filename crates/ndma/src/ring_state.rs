@@ -102,7 +102,7 @@ pub enum SlotRole {
 
 impl fmt::Display for SlotRole {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             SlotRole::Free => "free",
             SlotRole::Done => "done",
             SlotRole::Head => "HEAD",
@@ -295,7 +295,7 @@ impl crate::classic::RingGuard<'_> {
     /// with it.
     pub(crate) fn with_state(&self, err: NdmaError) -> NdmaError {
         let state = Box::new(RingState::capture(self.dev, self.ring, &self.inner));
-        tracing::error!(nc = self.ring.nc, eng = self.ring.eng_id, qid = self.ring.qid, "{err}\n{state}");
+        tracing::error!(nc = self.ring.nc, eng = self.ring.eng_id, qid = self.ring.qid, state = %state, "{err}");
         *self.dev.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.clone());
         err.with_ring_state(state)
     }
@@ -384,7 +384,18 @@ impl fmt::Display for RingState {
         )?;
         writeln!(f, "  descriptors around the cursors:")?;
         for s in &self.descriptors {
-            writeln!(f, "    [{:>5}] {:<7} TX {}\n                    RX {}", s.slot, s.role, s.tx.tx(), s.rx.rx())?;
+            if s.tx == Desc::default() && s.rx == Desc::default() {
+                writeln!(f, "    [{:>5}] {:<7} (never written)", s.slot, s.role)?;
+            } else {
+                writeln!(
+                    f,
+                    "    [{:>5}] {:<7} TX {}\n                    RX {}",
+                    s.slot,
+                    s.role,
+                    s.tx.tx(),
+                    s.rx.rx()
+                )?;
+            }
         }
         match &self.device_diagnostics {
             Some(d) => write!(f, "  device: {}", d.replace('\n', "\n    ")),

@@ -394,7 +394,7 @@ fn write_flags(f: &mut core::fmt::Formatter<'_>, flags: &[(bool, &str)]) -> core
 /// use udma::{Barrier, Desc};
 ///
 /// let tx = Desc::m2m_tx(0x4000, 512, 1, Barrier::WriteBarrier)?.tx();
-/// assert_eq!(tx.to_string(), "src 0x4000 len 512 ring id 1 WRITE_BARRIER");
+/// assert_eq!(tx.to_string(), "src 0x4000 len 512 ring id 1 FIRST|LAST|WRITE_BARRIER");
 /// let rx = Desc::m2m_rx(0x8000, 65536, 2, Barrier::None, false)?.rx();
 /// assert_eq!(rx.to_string(), "dst 0x8000 len 65536 ring id 2 -");
 /// # Ok::<(), udma::UdmaError>(())

@@ -17,12 +17,13 @@ pub mod zc;
 
 use std::time::Instant;
 
-use ndma::{NdmaError, Platform, StatsSnapshot};
+use ndma::{NdmaError, Platform, RingState, StatsSnapshot};
 use ndma_emu::{ExecPolicy, PlannedFault};
 use serde::Serialize;
 use udma::Arch;
 
 use crate::cli::{FaultScenario, FaultsArgs};
+use crate::cmd::inspect::state::RingStateJson;
 use crate::error::{errno_name, CliError, CliResult, OpContext};
 use crate::util::bed::{testbed, BedOpts, Dir, Window};
 use crate::util::output::Out;
@@ -52,6 +53,9 @@ behaved as the contract says (otherwise the command exits 3 without JSON)
     counters     the ring's counters moved by this step: transfers, bytes, descriptors, batches,
                  doorbells, polls, wait_us, timeouts, retries, replays, ring_resets
     verified     whether the destination was then checked byte for byte
+    state        a timeout's ring state, taken before recovery (the objects of ndma inspect --state's
+                 rings: device, nc, engine, queue, tx, rx, contexts, zero_copy, counters, descriptors,
+                 device_diagnostics)
 zero-copy scenarios add:
   override     true when zerocopy_trn1_override was turned on (V2)
   cqes         the completions taken, in order: sequence_num, compl_ret (0 or -errno), context
@@ -61,6 +65,8 @@ zero-copy scenarios add:
                while nobody consumed), backlog (held back in the driver)
   leak_check   at the end: pinned_frames, pins, orphaned_frames, bad_unpins, pinned_ranges, contexts,
                queue_pinned_pages, backlog, ring_slots_used, ring_slots_accounted, clean
+  last_failure the device's last failure snapshot, when one failed (a ring state as in steps' state): an
+               async zero-copy failure reports only its errno in the completion
 The zero-copy async scenarios (all but zc-hole) need V3 (--instance trn2.48xlarge): V2 has no async
 zero-copy.";
 
@@ -83,6 +89,37 @@ pub struct Step {
     pub counters: Counters,
     /// The destination was verified afterwards.
     pub verified: bool,
+    /// A timeout's ring state, taken before recovery re-initialised the ring.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<RingStateJson>,
+}
+
+impl Step {
+    /// The step that ran `name` and returned `r`, moving `counters`; prints a timeout's ring state.
+    pub fn new<T>(out: Out, name: &'static str, r: &ndma::Result<T>, elapsed_ms: f64, counters: Counters) -> Step {
+        let err = r.as_ref().err();
+        let state = err.and_then(NdmaError::ring_state);
+        if let Some(s) = state {
+            print_state(out, "ring state at the timeout, before recovery", s);
+        }
+        Step {
+            name,
+            ok: r.is_ok(),
+            error: err.map(ToString::to_string),
+            errno: err.map(NdmaError::errno),
+            elapsed_ms,
+            counters,
+            verified: false,
+            state: state.map(RingStateJson::from),
+        }
+    }
+}
+
+/// Prints a ring state under a heading, indented.
+pub fn print_state(out: Out, heading: &str, s: &RingState) {
+    out.say(format_args!("  {heading}:"));
+    let text: String = s.to_string().lines().map(|l| format!("    {l}\n")).collect();
+    out.text(&text);
 }
 
 /// The `--json` document.
@@ -123,6 +160,9 @@ pub struct FaultsReport {
     /// Zero-copy: the leak check at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leak_check: Option<zc::Leaks>,
+    /// Zero-copy: the device's last failure snapshot (an async failure reports only an errno), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<RingStateJson>,
 }
 
 /// A scenario in progress: the window it copies, where it prints, and the steps so far.
@@ -152,15 +192,7 @@ impl Scenario<'_> {
              re-inits {}",
             s.transfers, s.batches, s.descriptors, s.polls, s.timeouts, s.retries, s.replays, s.ring_resets
         ));
-        self.steps.push(Step {
-            name,
-            ok: r.is_ok(),
-            error: r.as_ref().err().map(ToString::to_string),
-            errno: r.as_ref().err().map(NdmaError::errno),
-            elapsed_ms,
-            counters: Counters::from(&moved),
-            verified: false,
-        });
+        self.steps.push(Step::new(self.out, name, &r, elapsed_ms, Counters::from(&moved)));
         Ok((r, moved))
     }
 
@@ -209,6 +241,7 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
         pins: None,
         cq_backlog: None,
         leak_check: None,
+        last_failure: None,
     };
     match a.scenario {
         FaultScenario::ResetWindow | FaultScenario::Hang => {
@@ -221,7 +254,13 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
             }
             report.steps = sc.steps;
         }
-        zc_scenario => zc::run(&tb, zc_scenario, nc, out, &mut report)?,
+        zc_scenario => {
+            zc::run(&tb, zc_scenario, nc, out, &mut report)?;
+            if let Some(s) = dev.last_failure_state() {
+                print_state(out, "the device's last failure, ring state before recovery", &s);
+                report.last_failure = Some(RingStateJson::from(&s));
+            }
+        }
     }
     out.wrote(a.json.write(&report)?);
     Ok(())
