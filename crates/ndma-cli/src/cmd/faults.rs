@@ -53,9 +53,18 @@ behaved as the contract says (otherwise the command exits 3 without JSON)
     counters     the ring's counters moved by this step: transfers, bytes, descriptors, batches,
                  doorbells, polls, wait_us, timeouts, retries, replays, ring_resets
     verified     whether the destination was then checked byte for byte
-    state        a timeout's ring state, taken before recovery (the objects of ndma inspect --state's
-                 rings: device, nc, engine, queue, tx, rx, contexts, zero_copy, counters, descriptors,
-                 device_diagnostics)
+    state        a timeout's ring state, taken before recovery (as ndma inspect --state's rings):
+      device, nc, engine, queue   where the ring is
+      tx, rx         each queue: size, next_desc_idx (producer), next_cdesc_idx (consumer), ring_id,
+                     available, regs (through BAR0: cfg, enabled, status, head, head_ring_id, tail,
+                     tail_ring_id, current, ring_base, ring_len, dmb_pauses (TX), engine_state)
+      contexts       handle, inuse, aborted, src, dst, size, done, outstanding, batch_descriptors,
+                     in_flight, marker_seen
+      zero_copy      queued, submitted, slots_in_flight, pinned_pages, cq_backlog
+      counters       the ring's counters
+      descriptors    slot, role (\"free\", \"done\", \"head\", \"pending\"), tx and rx (addr, len, ring_id, flags,
+                     words)
+      device_diagnostics   what the device model recorded about the queue
 zero-copy scenarios add:
   override     true when zerocopy_trn1_override was turned on (V2)
   cqes         the completions taken, in order: sequence_num, compl_ret (0 or -errno), context
