@@ -75,7 +75,7 @@ pub struct ContextState {
 /// The zero-copy context queue of the ring, when it exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ZeroCopyState {
-    /// Contexts queued (tombstones excluded).
+    /// Contexts queued (tombstones excluded). A context whose wait failed has already left the queue.
     pub queued: u32,
     /// Of those, submitted: descriptors on the ring, waiting for their marker.
     pub submitted: u32,
