@@ -174,6 +174,30 @@ pub struct FaultsReport {
     pub last_failure: Option<RingStateJson>,
 }
 
+impl FaultsReport {
+    /// The report of scenario `a` on `ring` = (engine, queue), before any step ran.
+    fn new(opts: BedOpts, a: &FaultsArgs, arch: Arch, ring: (u32, u32), retry_flag: bool) -> Self {
+        FaultsReport {
+            command: "faults",
+            scenario: a.scenario.name(),
+            instance: opts.instance.name.into(),
+            arch: arch.to_string(),
+            nc: a.nc,
+            engine: ring.0,
+            queue: ring.1,
+            retry_flag,
+            copy_bytes: COPY_BYTES,
+            steps: Vec::new(),
+            override_on: None,
+            cqes: None,
+            pins: None,
+            cq_backlog: None,
+            leak_check: None,
+            last_failure: None,
+        }
+    }
+}
+
 /// A scenario in progress: the window it copies, where it prints, and the steps so far.
 struct Scenario<'a> {
     w: Window<'a>,
@@ -234,24 +258,7 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
         opts.instance.name,
         dev.dhal().retry_memcpy()
     ));
-    let mut report = FaultsReport {
-        command: "faults",
-        scenario: a.scenario.name(),
-        instance: opts.instance.name.into(),
-        arch: arch.to_string(),
-        nc,
-        engine: eng,
-        queue: qid,
-        retry_flag: dev.dhal().retry_memcpy(),
-        copy_bytes: COPY_BYTES,
-        steps: Vec::new(),
-        override_on: None,
-        cqes: None,
-        pins: None,
-        cq_backlog: None,
-        leak_check: None,
-        last_failure: None,
-    };
+    let mut report = FaultsReport::new(opts, a, arch, (eng, qid), dev.dhal().retry_memcpy());
     match a.scenario {
         FaultScenario::ResetWindow | FaultScenario::Hang => {
             let w = Window::new(dev, emu, Dir::H2d, COPY_BYTES, nc, 0xfa17)?;
@@ -265,6 +272,7 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
         }
         zc_scenario => {
             zc::run(&tb, zc_scenario, nc, out, &mut report)?;
+            // An async failure reaches its completion as an errno only: its ring state is the device's.
             if let Some(s) = dev.last_failure_state() {
                 print_state(out, "the device's last failure, ring state before recovery", &s);
                 report.last_failure = Some(RingStateJson::from(&s));
