@@ -2,19 +2,79 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Args, Parser, Subcommand};
 use ndma::Instance;
-use ndma_emu::WaitTiming;
+use ndma_emu::test_utils::Dir;
+use ndma_emu::{ExecPolicy, Testbed, TestbedConfig, WaitTiming};
 
 use crate::cmd;
 use crate::error::{CliError, CliResult};
-use crate::util::bed::{BedOpts, Dir};
 use crate::util::output::JsonArg;
 use crate::util::size::size_arg;
 use crate::util::user::{layout_arg, Layout, UserDir};
 
 /// The instance emulated when `--instance` is not given.
 pub const DEFAULT_INSTANCE: &str = "trn1.2xlarge";
+
+/// How to build the instance a command runs on: the global options.
+#[derive(Debug, Clone, Copy)]
+pub struct BedOpts {
+    /// The instance preset.
+    pub instance: Instance,
+    /// Scale poll budgets as on an emulation platform (×100000) instead of silicon budgets.
+    pub emulation_budgets: bool,
+    /// How the platform times the op layer's marker waits (`--driver-timing`: [`WaitTiming::Driver`]).
+    pub timing: WaitTiming,
+}
+
+/// The environment variable that bounds every marker wait of a command, in milliseconds: for tests, which
+/// run threaded engines with emulation budgets (×100000) and must fail within seconds when a completion is
+/// lost (see `EmuPlatform::set_wait_limit`: the command then panics, naming the marker word).
+pub const TEST_WAIT_LIMIT_ENV: &str = "NDMA_TEST_WAIT_LIMIT_MS";
+
+/// Bounds `tb`'s marker waits by [`TEST_WAIT_LIMIT_ENV`] when it is set.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] when it is set to anything but a positive number of milliseconds.
+pub fn bound_waits_from_env(tb: &Testbed) -> CliResult {
+    let Some(v) = std::env::var_os(TEST_WAIT_LIMIT_ENV) else { return Ok(()) };
+    let ms = v.to_str().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&ms| ms > 0).ok_or_else(|| {
+        CliError::Usage(format!("{TEST_WAIT_LIMIT_ENV}={v:?}: expected a positive number of milliseconds"))
+    })?;
+    tb.platform.set_wait_limit(Some(std::time::Duration::from_millis(ms)));
+    Ok(())
+}
+
+/// Builds the instance with `exec` engines, the default (relaxed) fabric ordering, a real clock and
+/// `opts.timing`; marker waits are bounded when [`TEST_WAIT_LIMIT_ENV`] says so.
+///
+/// # Errors
+///
+/// The model's or the op layer's refusal; a malformed [`TEST_WAIT_LIMIT_ENV`].
+pub fn testbed(opts: BedOpts, exec: ExecPolicy) -> CliResult<Testbed> {
+    let mut cfg = TestbedConfig::new(opts.instance);
+    cfg.exec = exec;
+    cfg.emulation_budgets = opts.emulation_budgets;
+    cfg.timing = opts.timing;
+    tracing::debug!(
+        instance = opts.instance.name,
+        ?exec,
+        emulation_budgets = opts.emulation_budgets,
+        timing = ?opts.timing,
+        "building testbed"
+    );
+    let tb = Testbed::new(cfg)?;
+    bound_waits_from_env(&tb)?;
+    Ok(tb)
+}
+
+/// `--dir`: a copy direction by name (`h2d`, `d2h`, `d2d`, `h2h`).
+fn dir_arg() -> impl TypedValueParser<Value = Dir> {
+    PossibleValuesParser::new(Dir::ALL.map(|d| PossibleValue::new(d.name()).help(d.long_name())))
+        .try_map(|s| s.parse::<Dir>())
+}
 
 /// The end of `ndma --help` and of the man page: exit codes and environment.
 pub const AFTER_HELP: &str = "\
@@ -29,6 +89,9 @@ Exit status:
 Environment:
   RUST_LOG   tracing filter directives, applied after -q/-v (e.g. RUST_LOG=ndma::classic=debug, RUST_LOG=off)
   NO_COLOR   when non-empty, no colour anywhere; colour is used only when the stream is a terminal anyway
+  NDMA_TEST_WAIT_LIMIT_MS
+             for tests: a marker wait that lasts longer than this many ms panics the command (a lost
+             completion then fails within seconds instead of waiting out an emulation budget)
 
 Results go to stdout, the log and progress bars to stderr. --json FILE writes one JSON document per run
 (schema: `ndma <command> --help`); --json - writes it to stdout instead of the human report.";
@@ -107,6 +170,7 @@ pub struct DemoArgs {
     /// One sample per case and sizes up to 1 MiB only (finishes in seconds; for tests and smoke runs).
     #[arg(long)]
     pub quick: bool,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -132,7 +196,7 @@ pub struct ManArgs {
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     /// Copy direction.
-    #[arg(long, value_enum, default_value = "h2d")]
+    #[arg(long, value_parser = dir_arg(), default_value = "h2d")]
     pub dir: Dir,
     /// Bytes per copy.
     #[arg(long, value_parser = size_arg, default_value = "1M")]
@@ -160,6 +224,7 @@ pub struct FaultsArgs {
     /// Length of the NeuronCore reset, in jiffies (ms), for `reset-window`.
     #[arg(long, default_value_t = 100)]
     pub reset_ms: u64,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -215,7 +280,7 @@ pub struct InspectArgs {
     #[arg(long, default_value_t = 0)]
     pub nc: u32,
     /// Copy direction.
-    #[arg(long, value_enum, default_value = "h2d")]
+    #[arg(long, value_parser = dir_arg(), default_value = "h2d")]
     pub dir: Dir,
     /// Also print each descriptor's raw words (len_ctrl, word 1, address).
     #[arg(long)]
@@ -235,6 +300,7 @@ pub struct InspectArgs {
     /// verified copies of --size bytes on --nc's ring (--dir, then back), then an async copy left in flight.
     #[arg(long, conflicts_with_all = ["zerocopy", "raw"])]
     pub state: bool,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -275,6 +341,7 @@ pub struct ZerocopyArgs {
     /// Seed of the frame placement (scattered, runs:K) and of the data pattern.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -283,7 +350,7 @@ pub struct ZerocopyArgs {
 #[derive(Debug, Args)]
 pub struct CopyArgs {
     /// Copy direction.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = dir_arg())]
     pub dir: Dir,
     /// Bytes per copy (e.g. 4K, 1M, 256M).
     #[arg(long, value_parser = size_arg)]
@@ -294,6 +361,7 @@ pub struct CopyArgs {
     /// Issue N copies of SIZE through the async pipeline (each must fit one batch, ndma::MAX_BATCH_BYTES).
     #[arg(long = "async", value_name = "N")]
     pub async_count: Option<u64>,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -310,6 +378,7 @@ pub struct MemsetArgs {
     /// NeuronCore owning the device chunk.
     #[arg(long, default_value_t = 0)]
     pub nc: u32,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -317,6 +386,7 @@ pub struct MemsetArgs {
 /// `ndma bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
     /// Fewer repetitions and no 256 MiB cases (finishes in seconds; for tests and smoke runs).

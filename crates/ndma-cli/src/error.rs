@@ -2,6 +2,7 @@
 //! exit code its failure class maps to ([`ExitCode`]).
 
 use ndma::NdmaError;
+use ndma_emu::test_utils::HarnessError;
 use ndma_emu::TestbedError;
 
 /// The process exit status of `ndma`, one per failure class. The errno, when there is one, is in the message
@@ -151,6 +152,17 @@ impl std::fmt::Display for CliError {
 }
 
 impl std::error::Error for CliError {}
+
+impl From<HarnessError> for CliError {
+    fn from(e: HarnessError) -> Self {
+        match e {
+            HarnessError::Ndma { what, err } => CliError::Op { what, err },
+            HarnessError::Emu { what, err } => CliError::emu(what, &err),
+            HarnessError::TooLarge { .. } => CliError::Usage(e.to_string()),
+            HarnessError::Mismatch { .. } => CliError::Verify(e.to_string()),
+        }
+    }
+}
 
 impl From<TestbedError> for CliError {
     fn from(e: TestbedError) -> Self {

@@ -3,11 +3,13 @@
 //! - [`cli`]: the command line and dispatch;
 //! - [`cmd`]: one module per command (`demo`, `inspect`, `copy`, `memset`, `bench`, `faults`, `trace`,
 //!   `completions`, `man`, `verify`);
-//! - [`util`]: size parsing, patterns and chunk I/O, testbed and windows, timing and the memcpy baseline,
-//!   tables, the human/JSON output;
+//! - [`util`]: size parsing, timing and the memcpy baseline, tables, the human/JSON output (patterns, chunk
+//!   I/O, copy directions and guarded windows come from `ndma_emu::test_utils`, the workspace's harness);
 //! - [`verify`]: the randomized verifier behind `ndma verify` (operations, patterns, faults, leak accounting);
 //! - [`logging`]: the stderr log's level and colour;
 //! - [`error`]: the CLI error with errno and exit code.
+
+#![warn(missing_docs)]
 
 pub mod cli;
 pub mod cmd;

@@ -2,13 +2,21 @@
 //!
 //! Commands that run threaded engines use the CLI's default emulation budgets: these tests share two cores with the rest
 //! of the suite, and a small device→device batch's silicon budget (~210 µs) is shorter than a descheduled
-//! engine worker's stall.
+//! engine worker's stall. Every run bounds its marker waits by `NDMA_TEST_WAIT_LIMIT_MS` (10 s), so a lost
+//! completion fails the test within seconds instead of waiting out the emulation budget.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use ndma_cli::cli::TEST_WAIT_LIMIT_ENV;
+
 fn ndma(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ndma")).args(args).env("RUST_LOG", "off").output().expect("run ndma")
+    Command::new(env!("CARGO_BIN_EXE_ndma"))
+        .args(args)
+        .env("RUST_LOG", "off")
+        .env(TEST_WAIT_LIMIT_ENV, "10000")
+        .output()
+        .expect("run ndma")
 }
 
 fn stdout(o: &Output) -> String {

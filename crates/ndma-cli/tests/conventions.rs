@@ -9,15 +9,17 @@ use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Output, Stdio};
 
+use ndma_cli::cli::{testbed, BedOpts};
 use ndma_cli::error::CliError;
-use ndma_cli::util::bed::{testbed, BedOpts, Dir, Window, GUARD};
-use ndma_cli::util::pattern::{fill_chunk, write_chunk};
+use ndma_emu::test_utils::{fill_chunk, write_chunk, Dir, Window, GUARD};
 use ndma_emu::ExecPolicy;
 use serde_json::Value;
 
 fn ndma_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ndma"));
     c.args(args).env_remove("RUST_LOG").env_remove("NO_COLOR");
+    // A lost completion fails within 10 s instead of waiting out the emulation budget.
+    c.env(ndma_cli::cli::TEST_WAIT_LIMIT_ENV, "10000");
     c
 }
 
@@ -259,6 +261,14 @@ fn exit_codes_per_failure_class() {
     assert_eq!(code(&["-q", "-v", "inspect", "--size", "4K"]), Some(2));
     assert_eq!(code(&["--instance", "p4d.24xlarge", "inspect", "--size", "4K"]), Some(2));
     assert_eq!(code(&["copy", "--dir", "h2d", "--size", "4K", "--async", "0"]), Some(2));
+    for bad in ["0", "ten", ""] {
+        let o = ndma_cmd(&["copy", "--dir", "h2d", "--size", "4K"])
+            .env(ndma_cli::cli::TEST_WAIT_LIMIT_ENV, bad)
+            .output()
+            .expect("run ndma");
+        assert_eq!(o.status.code(), Some(2), "NDMA_TEST_WAIT_LIMIT_MS={bad:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("expected a positive number of milliseconds"), "{}", text(&o.stderr));
+    }
     // DMA error (1), with the errno in the message.
     let o = run(&["inspect", "--size", "4K", "--nc", "7"]);
     assert_eq!(o.status.code(), Some(1));
@@ -275,7 +285,8 @@ fn exit_codes_per_failure_class() {
 fn wrong_bytes_are_a_verification_failure_and_a_refused_back_door_a_device_error() {
     let opts = BedOpts {
         instance: ndma::Instance::TRN1_2XLARGE,
-        emulation_budgets: true,
+        // Inline engines: the copy completes before its wait starts; silicon budgets bound a lost one.
+        emulation_budgets: false,
         timing: ndma_emu::WaitTiming::Marker,
     };
     let tb = testbed(opts, ExecPolicy::Inline).expect("testbed");
@@ -284,10 +295,10 @@ fn wrong_bytes_are_a_verification_failure_and_a_refused_back_door_a_device_error
     w.copy(0, 8192).expect("copy");
     w.verify("clean", true).expect("the copy is right");
     fill_chunk(emu, &w.dst, GUARD + 100, 1, 0x42).expect("one wrong byte");
-    let e = w.verify("tampered", true).expect_err("a wrong byte is found");
+    let e = CliError::from(w.verify("tampered", true).expect_err("a wrong byte is found"));
     assert!(matches!(e, CliError::Verify(_)), "{e}");
     assert_eq!(e.exit_code(), 3);
-    let e = write_chunk(emu, &w.dst, u64::MAX / 2, &[0]).expect_err("far outside HBM");
+    let e = CliError::from(write_chunk(emu, &w.dst, u64::MAX / 2, &[0]).expect_err("far outside HBM"));
     assert!(matches!(e, CliError::Emu { .. }), "{e}");
     assert_eq!(e.exit_code(), 4);
 }

@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use ndma::Instance;
-use ndma_cli::util::bed::Dir;
 use ndma_cli::verify::buffers::Side;
 use ndma_cli::verify::campaign::{self, Selection};
 use ndma_cli::verify::check::{self, Clues, Expect, Region};
@@ -21,6 +20,7 @@ use ndma_cli::verify::op::{DrawContext, OpSpec};
 use ndma_cli::verify::path::PathKind;
 use ndma_cli::verify::pattern::Pattern;
 use ndma_cli::verify::summary::Tally;
+use ndma_emu::test_utils::Dir;
 use serde_json::Value;
 
 /// One V3 device: trn2.48xlarge's arch without building sixteen devices.

@@ -15,7 +15,13 @@ const PAGE: u64 = 4096;
 const V3: &str = "trn2.48xlarge";
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ndma")).args(args).env("RUST_LOG", "off").output().expect("run ndma")
+    Command::new(env!("CARGO_BIN_EXE_ndma"))
+        .args(args)
+        .env("RUST_LOG", "off")
+        // A lost completion fails within 10 s instead of waiting out the emulation budget.
+        .env(ndma_cli::cli::TEST_WAIT_LIMIT_ENV, "10000")
+        .output()
+        .expect("run ndma")
 }
 
 fn text(b: &[u8]) -> String {

@@ -10,7 +10,7 @@ use crate::hbm::Hbm;
 use crate::{HostMemory, MemSpace};
 
 /// Which physical space a decoded address lies in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Space {
     /// Host DRAM (reached over PCIe).
     Host,

@@ -258,14 +258,16 @@ impl EngineRegs {
     /// Queue pair `qid` can execute its next descriptor pair.
     pub(crate) fn runnable(&self, qid: usize) -> bool {
         let [tx, rx] = &self.queues[qid];
-        let p = self.pairs[qid];
+        // Pending work first: it rules out almost every queue of a scan at the cost of two loads.
+        if tx.pending == 0 || rx.pending == 0 {
+            return false;
+        }
+        let p = &self.pairs[qid];
         self.state == [engine_state::NORMAL; 2]
             && !p.halted
             && !p.hung
             && tx.enabled()
             && rx.enabled()
-            && tx.pending > 0
-            && rx.pending > 0
             && tx.ring_len() > 0
             && rx.ring_len() > 0
     }

@@ -13,21 +13,65 @@ use std::ptr;
 /// Copies at least this long use non-temporal stores (when the CPU has AVX2 and the ranges do not overlap).
 const NON_TEMPORAL_MIN: usize = 8 << 20;
 
+/// A batch moving at least this many bytes is [`Batch::Large`]: more than the caches hold, so nothing is gained
+/// by pulling its destination through them. (A batch of 2031 page-sized descriptors moves just under 8 MiB.)
+pub(crate) const LARGE_BATCH_MIN: usize = 2 << 20;
+
+/// In a batch of at least [`LARGE_BATCH_MIN`] bytes, copies at least this long use non-temporal stores too:
+/// a scattered user buffer is a batch of page-sized descriptors, each its own copy, which a cache-polluting
+/// memmove moved at half the rate the same bytes reach in merged streaming copies.
+const NON_TEMPORAL_PIECE_MIN: usize = 4096;
+
+/// The size of the batch a copy belongs to, which decides whether a page-sized copy streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// A batch below [`LARGE_BATCH_MIN`] bytes (or a copy on its own): only large copies stream. Small
+    /// copies stay cached, since the CPU usually reads them next (a 4 KiB round trip's data).
+    Small,
+    /// A batch of at least [`LARGE_BATCH_MIN`] bytes: every copy of a page or more streams.
+    Large,
+}
+
+impl Batch {
+    /// The batch class of `bytes` moved by one batch.
+    pub(crate) fn of(bytes: usize) -> Batch {
+        if bytes >= LARGE_BATCH_MIN {
+            Batch::Large
+        } else {
+            Batch::Small
+        }
+    }
+}
+
 /// Copies `len` bytes from `src` to `dst` with memmove semantics.
 ///
 /// # Safety
 ///
 /// `[src, src + len)` must be valid for reads and `[dst, dst + len)` valid for writes.
 pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: forwarded from the caller.
+    unsafe { copy_in(src, dst, len, Batch::Small) }
+}
+
+/// [`copy`] for one copy of a batch of class `batch`.
+///
+/// # Safety
+///
+/// As [`copy`].
+pub(crate) unsafe fn copy_in(src: *const u8, dst: *mut u8, len: usize, batch: Batch) {
     let disjoint =
         (src as usize).saturating_add(len) <= dst as usize || (dst as usize).saturating_add(len) <= src as usize;
+    let min = match batch {
+        Batch::Small => NON_TEMPORAL_MIN,
+        Batch::Large => NON_TEMPORAL_PIECE_MIN,
+    };
     #[cfg(target_arch = "x86_64")]
-    if len >= NON_TEMPORAL_MIN && disjoint && std::is_x86_feature_detected!("avx2") {
+    if len >= min && disjoint && std::is_x86_feature_detected!("avx2") {
         // SAFETY: the caller guarantees both ranges; they are disjoint (checked) and AVX2 is present (checked).
         unsafe { copy_streaming(src, dst, len) };
         return;
     }
-    let _ = disjoint;
+    let _ = (disjoint, min);
     // SAFETY: the caller guarantees both ranges; `ptr::copy` tolerates overlap.
     unsafe { ptr::copy(src, dst, len) };
 }
@@ -125,5 +169,22 @@ mod tests {
         // SAFETY: both ranges lie inside `buf`.
         unsafe { copy(p, p.add(5), n) };
         assert!(buf[5..5 + n] == src[..n]);
+    }
+
+    /// In a large batch, copies from a page up stream too: page-sized and odd lengths, aligned and not, are
+    /// byte-exact with untouched bytes around them (the guards).
+    #[test]
+    fn page_sized_copies_of_a_large_batch_match_memmove() {
+        for len in [4095usize, 4096, 4097, 3 * 4096 + 5, 5 * 4096] {
+            let src: Vec<u8> = (0..len + 64).map(|i| (i * 13 + i / 97) as u8).collect();
+            for (s_off, d_off) in [(0usize, 0usize), (1, 0), (0, 7), (33, 65)] {
+                let mut dst = vec![0xEEu8; len + 128];
+                // SAFETY: both ranges lie inside their vectors.
+                unsafe { copy_in(src.as_ptr().add(s_off), dst.as_mut_ptr().add(d_off), len, Batch::Large) };
+                assert!(dst[d_off..d_off + len] == src[s_off..s_off + len], "len {len} at {s_off}/{d_off}");
+                assert!(dst[..d_off].iter().all(|&b| b == 0xEE) && dst[d_off + len..].iter().all(|&b| b == 0xEE));
+            }
+        }
+        assert_eq!((Batch::of(LARGE_BATCH_MIN - 1), Batch::of(LARGE_BATCH_MIN)), (Batch::Small, Batch::Large));
     }
 }

@@ -5,6 +5,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::addr_map::{AddrMap, Loc, Space};
+use crate::bulk::Batch;
 
 /// One copy the engine performs: `len` bytes from `src` to `dst`, both decoded and bounds-checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +27,8 @@ impl Copy {
         (contiguous && !self.src.overlaps(len, self.dst, len)).then_some(Copy { src: self.src, dst: self.dst, len })
     }
 
-    /// Performs the copy now.
-    pub(crate) fn perform(&self, map: &AddrMap) {
+    /// Performs the copy now, as one copy of a batch of class `batch` (see [`crate::bulk::copy_in`]).
+    pub(crate) fn perform(&self, map: &AddrMap, batch: Batch) {
         let src = map.ptr(self.src);
         let dst = map.ptr(self.dst);
         let len = self.len;
@@ -40,7 +41,7 @@ impl Copy {
             // long as `map`.
             unsafe {
                 let last = ptr::read_unaligned(src.add(len - 4) as *const u32);
-                crate::bulk::copy(src, dst, len - 4);
+                crate::bulk::copy_in(src, dst, len - 4, batch);
                 // Release orders every earlier engine write (this copy's body, earlier descriptors, drained
                 // posted writes) before the final word: a CPU that acquire-loads it — the marker poll — sees
                 // all of them.
@@ -48,7 +49,7 @@ impl Copy {
             }
         } else {
             // SAFETY: as above; both ranges are inside their mappings and `bulk::copy` tolerates overlap.
-            unsafe { crate::bulk::copy(src, dst, len) };
+            unsafe { crate::bulk::copy_in(src, dst, len, batch) };
         }
     }
 }

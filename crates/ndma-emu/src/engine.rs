@@ -31,6 +31,7 @@ use udma::{regs, Desc, Direction, TxDesc};
 
 use crate::addr_map::Space;
 use crate::bar0::{dir_index, engine_state, EngineRegs, PairState};
+use crate::bulk::Batch;
 use crate::copy::Copy;
 use crate::device::DeviceCore;
 use crate::faults::{
@@ -702,6 +703,7 @@ impl Engine {
         let delay_us = dev.plan.delay_us(self.id);
         let rate = dev.plan.bandwidth(self.id);
         let posts = dev.ordering.posts_hbm_writes();
+        let batch = Batch::of(ops.iter().map(|o| o.copy.len).sum());
         let mut bytes = 0;
         let mut i = 0;
         while i < ops.len() {
@@ -713,13 +715,13 @@ impl Engine {
             if delay_us > 0 {
                 self.inject_delay(delay_us.saturating_mul(op.descs));
             }
-            let start = Instant::now();
-            self.land(dev, exec, &op, posts);
+            let start = rate.map(|_| Instant::now());
+            self.land(dev, exec, &op, posts, batch);
             EngineCounters::add(&self.stats.copies, 1);
             if op.write_barrier {
                 self.drain(dev, exec);
             }
-            if let Some(rate) = rate {
+            if let (Some(rate), Some(start)) = (rate, start) {
                 self.throttle(exec, op.copy.len, rate, start);
             }
             bytes += op.copy.len as u64;
@@ -754,7 +756,7 @@ impl Engine {
 
     /// Lands one (merged) copy: dropped by the plan, posted (an HBM destination in a posting mode), or
     /// performed now — after draining posted writes it would observe.
-    fn land(&self, dev: &DeviceCore, exec: &mut ExecState, op: &Op, posts: bool) {
+    fn land(&self, dev: &DeviceCore, exec: &mut ExecState, op: &Op, posts: bool, batch: Batch) {
         if op.dropped {
             tracing::debug!(engine = self.id, "final write of a batch dropped by the fault plan");
         } else if posts && op.copy.dst.space == Space::Hbm {
@@ -763,7 +765,7 @@ impl Engine {
             if !exec.posted.is_empty() && exec.posted.conflicts(&op.copy) {
                 self.drain(dev, exec);
             }
-            op.copy.perform(&dev.map);
+            op.copy.perform(&dev.map, batch);
         }
     }
 

@@ -15,7 +15,8 @@
 //! - [`ordering`]: the fabric ordering model; [`faults`]: recorded faults and the fault plan;
 //! - [`system`]: configuration and the instance; [`stats`]: counters; `trace`: an optional engine timeline;
 //! - [`user`]: user address spaces (page tables over host-DRAM frames, pinning) for zero-copy;
-//! - [`shared`]: host memory mapped by another process (memfd + offset).
+//! - [`shared`]: host memory mapped by another process (memfd + offset);
+//! - `test_utils` (feature `test-utils`): the test harness the workspace's tests and the `ndma` command share.
 #![warn(missing_docs)]
 
 mod activity;
@@ -44,8 +45,12 @@ pub mod system;
 mod testbed;
 mod trace;
 pub mod user;
+mod wait_limit;
 mod waiters;
 mod worker;
+
+#[cfg(any(test, feature = "test-utils"))]
+pub mod test_utils;
 
 pub use addr_map::Space;
 pub use bar0::engine_state;

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ndma::{HostBuf, NdmaError, Platform};
 use udma::DmaMemory;
@@ -11,6 +12,7 @@ use udma::DmaMemory;
 use crate::clock::{Clock, ClockKind};
 use crate::delay::{self, Engines, WaitTiming, Watch};
 use crate::engine::Assist;
+use crate::wait_limit::WaitLimit;
 use crate::HostMemory;
 
 /// The platform of an emulated instance.
@@ -23,6 +25,7 @@ pub struct EmuPlatform {
     /// Whether real-clock delays execute pending engine work themselves (see [`EmuPlatform::set_assist`]).
     assist: AtomicBool,
     emulation: AtomicBool,
+    wait_limit: WaitLimit,
     prefetches: Mutex<Vec<(u64, u64)>>,
     fail_prefetch: AtomicBool,
 }
@@ -58,6 +61,7 @@ impl EmuPlatform {
             timing: AtomicU8::new(WaitTiming::Marker as u8),
             assist: AtomicBool::new(true),
             emulation: AtomicBool::new(false),
+            wait_limit: WaitLimit::default(),
             prefetches: Mutex::new(Vec::new()),
             fail_prefetch: AtomicBool::new(false),
         }
@@ -67,6 +71,20 @@ impl EmuPlatform {
     pub fn set_emulation(&self, on: bool) {
         // Relaxed: a setting read on its own.
         self.emulation.store(on, Ordering::Relaxed);
+    }
+
+    /// Bounds every marker wait in wall-clock time, for tests (default: no bound). A thread whose marker wait
+    /// (`delay_until` calls on one word, none seeing its value) has lasted longer than `limit` panics: with
+    /// emulation budgets a lost completion then fails a test within `limit` instead of polling for hours, and a
+    /// descheduled engine worker still cannot time a wait out. A bound for tests only: a program reports
+    /// failures as errors.
+    pub fn set_wait_limit(&self, limit: Option<Duration>) {
+        self.wait_limit.set(limit);
+    }
+
+    /// The bound set by [`EmuPlatform::set_wait_limit`].
+    pub fn wait_limit(&self) -> Option<Duration> {
+        self.wait_limit.get()
     }
 
     /// Chooses how `delay_until` times a wait (default [`WaitTiming::Marker`]).
@@ -173,8 +191,17 @@ impl Platform for EmuPlatform {
     /// work while it waits when nobody else does, and may outlast `us` while an engine is mid-batch (it then
     /// sleeps until the batch ends). On a fake clock it executes all pending work, then returns without
     /// advancing virtual time if the word holds `value` ([`WaitTiming::Marker`]), else advances it by `us`.
+    ///
+    /// Under [`EmuPlatform::set_wait_limit`], panics once the word has not held `value` for longer than the
+    /// limit.
     fn delay_until(&self, word: &AtomicU32, value: u32, us: u64) -> bool {
-        self.delay(us, Some(Watch { word, value }))
+        let watch = Some(Watch { word, value });
+        // No clock read without a limit: it would cost as much as the rest of a small copy.
+        let Some(limit) = self.wait_limit.get() else { return self.delay(us, watch) };
+        let began = Instant::now();
+        let seen = self.delay(us, watch);
+        WaitLimit::delay_ended(limit, word as *const AtomicU32 as usize, began, seen);
+        seen
     }
 
     fn is_emulation(&self) -> bool {

@@ -1,9 +1,8 @@
 //! Copies in every direction through the HAL alone, both arches and both execution policies, with
 //! dmatest-style checks of the bytes before, inside and after every destination window.
 
-mod common;
-
-use common::{pattern, Rig, POLICIES};
+use ndma_emu::test_utils::pattern;
+use ndma_emu::test_utils::rig::{Rig, POLICIES};
 use ndma_emu::{HostBuf, OrderingMode, HBM_BASE};
 use udma::{Arch, Barrier, DmaMemory};
 
@@ -76,7 +75,7 @@ fn check_direction(arch: Arch, exec: ndma_emu::ExecPolicy, ordering: OrderingMod
     let mut rig = Rig::new(arch, exec, ordering);
     let src = Window::new(&rig, from, len + soff, SRC_FILL);
     let dst = Window::new(&rig, to, len + doff, DST_FILL);
-    let data = pattern(7, len);
+    let data = pattern(7, 0, len);
     src.write(&rig, soff, &data);
     rig.copy(src.addr(&rig, soff as u64), dst.addr(&rig, doff as u64), len as u64, Barrier::WriteBarrier);
 
@@ -126,7 +125,7 @@ fn strict_and_adversarial_orderings_copy_correctly_with_the_barrier() {
 fn phase_wraps_over_many_laps_of_a_small_ring() {
     for arch in Arch::ALL {
         for exec in POLICIES {
-            let cfg = common::config(arch, exec, OrderingMode::Relaxed);
+            let cfg = ndma_emu::test_utils::rig::config(arch, exec, OrderingMode::Relaxed);
             let mut rig = Rig::with(cfg, 3, 5, 64);
             let dst = rig.dev.alloc_hbm(1 << 20, 4096).unwrap();
             let src = rig.dev.host().alloc(1 << 20, 4096).unwrap();
@@ -136,7 +135,7 @@ fn phase_wraps_over_many_laps_of_a_small_ring() {
             for batch in 0..64u32 {
                 let pairs = 3 + batch % 9;
                 let len = u64::from(pairs) * 1000;
-                let data = pattern(batch as u8, len as usize);
+                let data = pattern(batch as u64, 0, len as usize);
                 src.write_bytes(0, &data).unwrap();
                 let n = {
                     let mut n = 0;

@@ -2,12 +2,11 @@
 //! executing pending work that no worker runs (`ExecPolicy::Deferred`: no worker exists, so whatever executes
 //! the work is the delay — deterministic, no timing involved).
 
-mod common;
-
 use std::sync::atomic::AtomicU32;
 
-use common::{config, h2t_engine, pattern, ring, Rig, MARKER};
 use ndma::Platform;
+use ndma_emu::test_utils::pattern;
+use ndma_emu::test_utils::rig::{config, h2t_engine, ring, Rig, MARKER};
 use ndma_emu::{ClockKind, EmuConfig, EmuPlatform, ExecPolicy, OrderingMode, WaitTiming};
 use udma::{Arch, Barrier, Direction, DmaMemory};
 
@@ -33,7 +32,7 @@ struct Submitted {
 /// Stages `len` bytes host → HBM plus the marker and rings both doorbells.
 fn submit(r: &mut Rig, len: usize, seed: u8) -> Submitted {
     let src = r.dev.host().alloc(len, 4096).unwrap();
-    let data = pattern(seed, len);
+    let data = pattern(u64::from(seed), 0, len);
     src.write_bytes(0, &data).unwrap();
     let dst = r.dev.alloc_hbm(len as u64 + 8192, 4096).unwrap();
     r.dev.hbm_fill(dst.pa, len as u64 + 8192, 0xEE).unwrap();

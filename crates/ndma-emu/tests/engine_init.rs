@@ -2,11 +2,10 @@
 //! registers the HAL declares are stored, what engine init programs the model honours (the DMB unmasked by
 //! queue init), and every declared register behaves through BAR0 as its declaration says.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{config, pattern, ring, Rig, MARKER};
+use ndma_emu::test_utils::pattern;
+use ndma_emu::test_utils::rig::{config, ring, Rig, MARKER};
 use ndma_emu::{engine_state, EmuSystem, ExecPolicy, OrderingMode};
 use udma::regs::{self, EngineReg, QueueReg, Register};
 use udma::Direction::{Rx, Tx};
@@ -34,7 +33,7 @@ fn an_engine_never_brought_up_does_no_work_until_it_is() {
         let base = arch.engine_base(eng).unwrap();
         assert_eq!(dev.read32(base + regs::M2S_STATE), engine_state::DISABLE);
         let src = dev.host().alloc(4096, 4096).unwrap();
-        let data = pattern(9, 4096);
+        let data = pattern(9, 0, 4096);
         src.write_bytes(0, &data).unwrap();
         let marker = dev.host().alloc(256, 256).unwrap();
         marker.store_u32(0, MARKER, std::sync::atomic::Ordering::Relaxed).unwrap();
@@ -137,7 +136,7 @@ fn every_declared_register_behaves_through_bar0() {
 fn a_doorbell_counts_only_its_24_bit_field() {
     let mut rig = Rig::new(Arch::V2, ExecPolicy::Inline, OrderingMode::Strict);
     let src = rig.dev.host().alloc(4096, 4096).unwrap();
-    src.write_bytes(0, &pattern(5, 4096)).unwrap();
+    src.write_bytes(0, &pattern(5, 0, 4096)).unwrap();
     let dst = rig.dev.alloc_hbm(4096, 4096).unwrap().pa;
     let s = rig.host_addr(&src, 0);
     let n = rig.stage(s, dst, 4096, Barrier::WriteBarrier) + 1;
@@ -149,7 +148,7 @@ fn a_doorbell_counts_only_its_24_bit_field() {
     assert!(rig.dev.faults().is_empty(), "{:?}", rig.dev.faults());
     let mut got = vec![0; 4096];
     rig.dev.hbm_read(dst, &mut got).unwrap();
-    assert!(got == pattern(5, 4096));
+    assert!(got == pattern(5, 0, 4096));
     rig.q.ack(n);
 }
 
@@ -168,7 +167,7 @@ fn a_dmb_pauses_only_once_queue_init_unmasked_it() {
                 rig.dev.write32(rlimit, regs::RLIMIT_MASK_RESET_VALUE);
             }
             let src = rig.dev.host().alloc(LEN, 4096).unwrap();
-            let data = pattern(3, LEN);
+            let data = pattern(3, 0, LEN);
             src.write_bytes(0, &data).unwrap();
             let dst = rig.dev.alloc_hbm(LEN as u64, 4096).unwrap().pa;
             rig.dev.hbm_fill(dst, LEN as u64, 0xee).unwrap();

@@ -1,8 +1,6 @@
 //! Injected faults: hang, delay, bandwidth, descriptor corruption, a batch's final write dropped.
 
-mod common;
-
-use common::{config, poll, Rig, POLICIES};
+use ndma_emu::test_utils::rig::{config, poll, Rig, POLICIES};
 use ndma_emu::{CorruptField, CorruptOutcome, ExecPolicy, FaultKind, HostBuf, OrderingMode, PlannedFault};
 use udma::{regs, Arch, Barrier, Direction, DmaMemory, Mmio};
 

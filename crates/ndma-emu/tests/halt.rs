@@ -1,8 +1,6 @@
 //! Bad descriptors and bad doorbells: a recorded fault, a halted queue, no panic — and re-init recovers.
 
-mod common;
-
-use common::{poll, Rig, POLICIES};
+use ndma_emu::test_utils::rig::{poll, Rig, POLICIES};
 use ndma_emu::{FaultKind, OrderingMode, QUEUE_STATUS_HALTED};
 use udma::{regs, Arch, Barrier, Desc, Direction, DmaMemory, Mmio};
 

@@ -1,9 +1,8 @@
 //! The fabric ordering model: a missing barrier is deterministically visible in Adversarial mode, and the
 //! barriers the op layer uses make the marker imply the data.
 
-mod common;
-
-use common::{pattern, Rig};
+use ndma_emu::test_utils::pattern;
+use ndma_emu::test_utils::rig::Rig;
 use ndma_emu::{ExecPolicy, HbmRange, HostBuf, OrderingMode};
 use udma::{Arch, Barrier, DmaMemory};
 
@@ -20,7 +19,7 @@ struct Setup {
 fn setup(arch: Arch, exec: ExecPolicy, ordering: OrderingMode) -> Setup {
     let rig = Rig::new(arch, exec, ordering);
     let src = rig.dev.host().alloc(LEN, 4096).unwrap();
-    let data = pattern(42, LEN);
+    let data = pattern(42, 0, LEN);
     src.write_bytes(0, &data).unwrap();
     let dst = rig.dev.alloc_hbm(LEN as u64, 4096).unwrap();
     rig.dev.hbm_fill(dst.pa, LEN as u64, OLD).unwrap();
@@ -32,7 +31,7 @@ impl Setup {
     fn run(&mut self, last: Barrier, marker_barrier: Barrier) -> u32 {
         let s = self.rig.host_addr(&self.src, 0);
         let n = self.rig.stage(s, self.dst.pa, LEN as u64, last) + 1;
-        self.rig.marker.store_u32(0, common::MARKER, std::sync::atomic::Ordering::Relaxed).unwrap();
+        self.rig.marker.store_u32(0, ndma_emu::test_utils::rig::MARKER, std::sync::atomic::Ordering::Relaxed).unwrap();
         self.rig.marker.store_u32(4, 0, std::sync::atomic::Ordering::Relaxed).unwrap();
         let m = self.rig.host_addr(&self.rig.marker, 0);
         self.rig.q.copy_prepare_one(m, m + 4, 4, marker_barrier, false).unwrap();
@@ -131,7 +130,7 @@ fn threaded_marker_never_precedes_the_data_with_the_barrier() {
         for arch in Arch::ALL {
             let mut s = setup(arch, ExecPolicy::Threaded, ordering);
             for iter in 0..150u32 {
-                let data = pattern(iter as u8, LEN);
+                let data = pattern(iter as u64, 0, LEN);
                 s.src.write_bytes(0, &data).unwrap();
                 let n = s.run(Barrier::WriteBarrier, Barrier::None);
                 assert!(s.rig.poll_marker(), "{arch} {ordering:?} iter {iter}");

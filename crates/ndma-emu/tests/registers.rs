@@ -1,8 +1,6 @@
 //! BAR0 read-back after queue init, cursor registers, unmapped offsets.
 
-mod common;
-
-use common::{Rig, POLICIES};
+use ndma_emu::test_utils::rig::{Rig, POLICIES};
 use ndma_emu::{engine_state, OrderingMode};
 use udma::Direction::{Rx, Tx};
 use udma::{regs, Arch, Barrier, DmaMemory, Mmio};
@@ -47,7 +45,7 @@ fn cursors_follow_doorbells_and_execution() {
         let d = &*rig.dev;
         for dir in [Tx, Rx] {
             let b = regs::queue_base(rig.base, dir, 0);
-            assert!(common::poll(|| d.read32(b + regs::q::DRHP) == regs::ptr_value(6, 1)));
+            assert!(ndma_emu::test_utils::rig::poll(|| d.read32(b + regs::q::DRHP) == regs::ptr_value(6, 1)));
             assert_eq!(d.read32(b + regs::q::DRTP), regs::ptr_value(6, 1));
         }
     }

@@ -1,12 +1,11 @@
 //! The threaded policy under concurrency: several queues of one engine driven from several threads, a reset
 //! that is synchronous with the engine, and shutdown with work still pending.
 
-mod common;
-
 use std::sync::Arc;
 use std::thread;
 
-use common::{config, h2t_engine, pattern, poll, ring, Rig, MARKER};
+use ndma_emu::test_utils::pattern;
+use ndma_emu::test_utils::rig::{config, h2t_engine, poll, ring, Rig, MARKER};
 use ndma_emu::{EmuSystem, ExecPolicy, OrderingMode, PlannedFault};
 use udma::{Arch, Barrier, Direction, DmaMemory, Udma};
 
@@ -29,7 +28,7 @@ fn queues_of_one_engine_run_concurrently_from_several_threads() {
                     let m = marker.phys_addr() | phb;
                     for iter in 0..60u32 {
                         let len = 1000 + (iter as usize * 977 + qid as usize * 31) % 100_000;
-                        let data = pattern((iter + qid * 64) as u8, len);
+                        let data = pattern(u64::from(iter + qid * 64), 0, len);
                         src.write_bytes(0, &data).unwrap();
                         let s = src.phys_addr() | phb;
                         let mut n = 0;

@@ -1,8 +1,6 @@
 //! The optional engine timeline.
 
-mod common;
-
-use common::Rig;
+use ndma_emu::test_utils::rig::Rig;
 use ndma_emu::{EngineEventKind, ExecPolicy, FaultKind, OrderingMode};
 use udma::{regs, Arch, Barrier, Direction, Mmio};
 

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use ndma::{NdmaError, Platform, UserMm, PAGE_SIZE};
+use ndma_emu::test_utils::pattern;
 use ndma_emu::user::{current, FrameInfo};
 use ndma_emu::{
     AddressSpace, ClockKind, EmuPlatform, HostMemory, MapSpec, MmError, PinFault, PinPath, Placement, HOST_DRAM_BASE,
@@ -38,10 +39,6 @@ fn run_lengths(frames: &[u64]) -> Vec<usize> {
         }
     }
     runs
-}
-
-fn pattern(len: usize, salt: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) ^ (i >> 12) as u8).collect()
 }
 
 fn assert_clean(host: &HostMemory) {
@@ -157,7 +154,7 @@ fn cpu_access_goes_through_the_page_table() {
     let f = frames(&mm, va, pages);
     // A window from offset 1 to 1 byte before the end, crossing every page boundary.
     let len = pages * PAGE as usize - 2;
-    let data = pattern(len, 3);
+    let data = pattern(3, 0, len);
     mm.fill(va, pages as u64 * PAGE, 0xAB).unwrap();
     mm.write(va + 1, &data).unwrap();
     let mut whole = vec![0u8; pages * PAGE as usize];
@@ -331,7 +328,7 @@ fn exit_with_pins_outstanding_keeps_pinned_frames_until_the_last_unpin() {
     let free0 = host.free_bytes();
     let mm = AddressSpace::new(&host, 110);
     let va = mm.map(&MapSpec::new(8, Placement::Scattered { seed: 11 })).unwrap();
-    mm.write(va + 2 * PAGE, &pattern(3 * PAGE as usize, 9)).unwrap();
+    mm.write(va + 2 * PAGE, &pattern(9, 0, 3 * PAGE as usize)).unwrap();
     // The op layer's reference (mmget) and a pin on pages 2..5.
     let op: Arc<dyn UserMm> = mm.clone();
     let mut pinned = Vec::new();
@@ -347,7 +344,7 @@ fn exit_with_pins_outstanding_keeps_pinned_frames_until_the_last_unpin() {
     // The kept frames still hold the process's data: nothing reused them.
     let mut frame = vec![0u8; PAGE as usize];
     host.space().read(pinned[1], &mut frame).unwrap();
-    assert_eq!(frame, pattern(3 * PAGE as usize, 9)[PAGE as usize..2 * PAGE as usize]);
+    assert_eq!(frame, pattern(9, 0, 3 * PAGE as usize)[PAGE as usize..2 * PAGE as usize]);
 
     // Everything else fails now.
     assert_eq!(pin_err(op.pin_pages_fast(va, 1, false, &mut Vec::new())), (va, ESRCH));

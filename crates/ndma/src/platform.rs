@@ -114,7 +114,7 @@ pub trait UserMm: Send + Sync {
 ///
 /// let platform = Arc::new(Counting { inner: model_platform, delays: AtomicU64::new(0) });
 /// let hw = model.devices().iter().map(ndma_emu::device_hw).collect();
-/// let system = System::new(udma::Arch::V2, platform.clone(), hw)?;
+/// let system = System::new(udma::Arch::V2, Arc::<Counting>::clone(&platform), hw)?;
 /// let dev = system.device(0).unwrap();
 /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);
 /// dev.memcpy_mc(&src, &dst, 0, 0, 4096)?;
@@ -130,11 +130,13 @@ pub trait Platform: Send + Sync {
     /// `udelay(us)`: wait at least `us` microseconds.
     fn udelay(&self, us: u64);
 
-    /// A marker-aware `udelay`: wait at most `us` microseconds, returning as soon as `word` holds `value`.
+    /// A marker-aware `udelay`: wait `us` microseconds, returning as soon as `word` holds `value`.
     /// Returns true when it saw `word == value` (with `Acquire`). The op layer uses it for the first wait and
     /// every poll interval of the marker poll; the poll still counts its polls, so budgets, poll counts and
     /// timeouts are those of the driver. A platform that keeps the driver's timing (or cannot watch memory
-    /// while it waits) waits the whole `us` first — the default.
+    /// while it waits) waits the whole `us` first — the default. A platform whose waiting thread assists an
+    /// emulated engine may outlast `us` while an engine is mid-batch (the emulator's waiter sleeps until the
+    /// batch ends); the op layer still counts the delay as one poll.
     fn delay_until(&self, word: &AtomicU32, value: u32, us: u64) -> bool {
         self.udelay(us);
         word.load(Ordering::Acquire) == value

@@ -37,12 +37,14 @@ impl Registry {
 /// ```
 /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
 /// # let (model, platform) = doctest::model(udma::Arch::V3, 2); // a two-device model and its platform
+/// use std::sync::Arc;
+///
 /// use ndma::{NdmaError, System};
 /// use udma::Arch;
 ///
 /// let hw: Vec<_> = model.devices().iter().map(ndma_emu::device_hw).collect();
 /// // The generation is declared, and checked against what each device reports.
-/// let err = System::new(Arch::V2, platform.clone(), hw.clone()).unwrap_err();
+/// let err = System::new(Arch::V2, Arc::clone(&platform), hw.clone()).unwrap_err();
 /// assert_eq!(err, NdmaError::ArchMismatch { device: 0, declared: Arch::V2, found: Arch::V3 });
 /// let system = System::new(Arch::V3, platform, hw)?;
 /// assert_eq!((system.arch(), system.devices().len()), (Arch::V3, 2));

@@ -1,10 +1,8 @@
 //! The async double buffer (spec §3): handle FSM, first-call/no-wait, waits on the previous context, misuse,
 //! the one-batch limit, and the pipeline.
 
-mod common;
-
-use common::*;
 use ndma::{AsyncPipeline, CtxHandle, NdmaError, MAX_BATCH_BYTES};
+use ndma_emu::test_utils::*;
 use ndma_emu::{ClockKind, ExecPolicy, OrderingMode, PlannedFault};
 use udma::Arch;
 
@@ -13,22 +11,23 @@ fn first_call_stages_without_waiting_and_the_chain_toggles() {
     for arch in Arch::ALL {
         let tb = adversarial(arch, ExecPolicy::Inline);
         let (dev, emu) = tb.device(0);
-        let ws: Vec<Windows> = (0..5).map(|i| Windows::new(dev, emu, Dir::H2D, 70_000 + i * 1000, 0, i)).collect();
-        let h = dev.memcpy_mc_async(&ws[0].src, &ws[0].dst, GUARD, GUARD, ws[0].size, 0, CtxHandle::None).unwrap();
+        let ws: Vec<Window> =
+            (0..5).map(|i| Window::new(dev, emu, Dir::H2d, 70_000 + i * 1000, 0, i).unwrap()).collect();
+        let h = dev.memcpy_mc_async(&ws[0].src, &ws[0].dst, GUARD, GUARD, ws[0].len, 0, CtxHandle::None).unwrap();
         assert_eq!(h, CtxHandle::Async1);
         let s = dev.ring_stats(0).unwrap();
         assert_eq!((s.batches, s.polls, s.transfers), (1, 0, 0), "{arch}: staged, nothing waited");
         let mut prev = h;
         let mut expected = vec![CtxHandle::Async2, CtxHandle::Async1, CtxHandle::Async2, CtxHandle::Async1].into_iter();
         for (i, w) in ws.iter().enumerate().skip(1) {
-            let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, prev).unwrap();
+            let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0, prev).unwrap();
             assert_eq!(Some(h), expected.next());
             assert_eq!(dev.ring_stats(0).unwrap().transfers, i as u64, "{arch}: each call completes the previous copy");
             prev = h;
         }
         dev.memcpy_mc_wait(&ws[4].src, &ws[4].dst, prev).unwrap();
         for (i, w) in ws.iter().enumerate() {
-            w.verify(emu, &format!("{arch} async copy {i}"));
+            w.verify(&format!("{arch} async copy {i}"), true).unwrap();
         }
         assert_eq!(dev.ring_stats(0).unwrap().transfers, 5);
     }
@@ -40,10 +39,10 @@ fn pipeline_of_mixed_sizes_and_directions_is_byte_exact() {
         let tb = adversarial(arch, exec);
         let (dev, emu) = tb.device(0);
         let sizes = [1u64, 4096, 65536, 65537, 1 << 20, 3 * 65536 + 11, 0, 17, 2 << 20];
-        let ws: Vec<Windows> = sizes
+        let ws: Vec<Window> = sizes
             .iter()
             .enumerate()
-            .map(|(i, &size)| Windows::new(dev, emu, DIRS[i % 4], size, (i as u32) % 2, 100 + i as u64))
+            .map(|(i, &size)| Window::new(dev, emu, Dir::ALL[i % 4], size, (i as u32) % 2, 100 + i as u64).unwrap())
             .collect();
         let mut p = AsyncPipeline::new(dev);
         for w in &ws {
@@ -51,7 +50,7 @@ fn pipeline_of_mixed_sizes_and_directions_is_byte_exact() {
         }
         p.finish().unwrap();
         for (i, w) in ws.iter().enumerate() {
-            w.verify(emu, &format!("{arch} pipeline copy {i} ({} bytes)", w.size));
+            w.verify(&format!("{arch} pipeline copy {i} ({} bytes)", w.len), true).unwrap();
         }
         assert!(emu.faults().is_empty());
     }
@@ -61,8 +60,8 @@ fn pipeline_of_mixed_sizes_and_directions_is_byte_exact() {
 fn handle_misuse_is_einval_and_leaves_the_ring_usable() {
     let tb = adversarial(Arch::V2, ExecPolicy::Inline);
     let (dev, emu) = tb.device(0);
-    let w = Windows::new(dev, emu, Dir::H2D, 10_000, 0, 1);
-    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, CtxHandle::None).unwrap();
+    let w = Window::new(dev, emu, Dir::H2d, 10_000, 0, 1).unwrap();
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0, CtxHandle::None).unwrap();
     dev.memcpy_mc_wait(&w.src, &w.dst, h).unwrap();
     // Wait twice.
     assert_eq!(dev.memcpy_mc_wait(&w.src, &w.dst, h), Err(NdmaError::ContextNotInUse(1)));
@@ -86,10 +85,10 @@ fn handle_misuse_is_einval_and_leaves_the_ring_usable() {
         Err(NdmaError::ContextInUse(1))
     );
     dev.memcpy_mc_wait(&w.src, &w.dst, h1).unwrap();
-    w.verify(emu, "after misuse");
-    let w2 = Windows::new(dev, emu, Dir::D2H, 300_000, 0, 2);
-    w2.copy(dev).unwrap();
-    w2.verify(emu, "sync copy after misuse");
+    w.verify("after misuse", true).unwrap();
+    let w2 = Window::new(dev, emu, Dir::D2h, 300_000, 0, 2).unwrap();
+    w2.copy_all().unwrap();
+    w2.verify("sync copy after misuse", true).unwrap();
     assert_eq!(dev.memcpy_mc_async_raw(&w2.src, &w2.dst, GUARD, GUARD, 5, 0, -1), Ok(1));
     assert_eq!(dev.memcpy_mc_wait(&w2.src, &w2.dst, CtxHandle::Async1), Ok(()));
 }
@@ -98,9 +97,9 @@ fn handle_misuse_is_einval_and_leaves_the_ring_usable() {
 fn an_async_request_larger_than_one_batch_is_rejected_before_staging() {
     let tb = adversarial(Arch::V3, ExecPolicy::Inline);
     let (dev, emu) = tb.device(0);
-    let w = Windows::new(dev, emu, Dir::D2D, MAX_BATCH_BYTES + 1, 0, 3);
+    let w = Window::new(dev, emu, Dir::D2d, MAX_BATCH_BYTES + 1, 0, 3).unwrap();
     let before = dev.ring_stats(0).unwrap();
-    let err = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, CtxHandle::None).unwrap_err();
+    let err = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0, CtxHandle::None).unwrap_err();
     assert_eq!(err, NdmaError::AsyncTooLarge { size: MAX_BATCH_BYTES + 1, max: MAX_BATCH_BYTES });
     assert_eq!(err.errno(), -22);
     assert_eq!(dev.ring_stats(0).unwrap(), before, "nothing staged");
@@ -115,11 +114,11 @@ fn a_hang_in_an_async_chain_times_out_releases_both_contexts_and_recovers() {
         let tb = testbed(arch, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
         let (dev, emu) = tb.device(0);
         let (eng, qid) = dev.h2t_queue(0).unwrap();
-        let a = Windows::new(dev, emu, Dir::H2D, 5000, 0, 1);
-        let b = Windows::new(dev, emu, Dir::H2D, 6000, 0, 2);
+        let a = Window::new(dev, emu, Dir::H2d, 5000, 0, 1).unwrap();
+        let b = Window::new(dev, emu, Dir::H2d, 6000, 0, 2).unwrap();
         emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
-        let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.size, 0, CtxHandle::None).unwrap();
-        let err = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.size, 0, h).unwrap_err();
+        let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.len, 0, CtxHandle::None).unwrap();
+        let err = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.len, 0, h).unwrap_err();
         assert!(matches!(err, NdmaError::Timeout { count: 2, .. }), "{arch}: {err}");
         assert_eq!(dev.ring_stats(0).unwrap().retries, 0, "{arch}: no reset window, no retry");
         // Both contexts were released: a new chain starts cleanly.
@@ -129,8 +128,8 @@ fn a_hang_in_an_async_chain_times_out_releases_both_contexts_and_recovers() {
         p.submit(&a.transfer()).unwrap();
         p.submit(&b.transfer()).unwrap();
         p.finish().unwrap();
-        a.verify(emu, "a after recovery");
-        b.verify(emu, "b after recovery");
+        a.verify("a after recovery", true).unwrap();
+        b.verify("b after recovery", true).unwrap();
     }
 }
 
@@ -168,14 +167,14 @@ fn an_nc_without_an_h2t_ring_refuses_copies_and_its_waits_return_at_once() {
 fn prefetch_runs_once_per_staged_copy_and_its_failure_is_only_logged() {
     let tb = adversarial(Arch::V2, ExecPolicy::Inline);
     let (dev, emu) = tb.device(0);
-    let w = Windows::new(dev, emu, Dir::D2H, 300_000, 0, 4);
-    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0x7f00_0000_0000, CtxHandle::None).unwrap();
+    let w = Window::new(dev, emu, Dir::D2h, 300_000, 0, 4).unwrap();
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0x7f00_0000_0000, CtxHandle::None).unwrap();
     assert_eq!(tb.platform.prefetches(), vec![(0x7f00_0000_0000, 300_000)]);
     tb.platform.set_fail_prefetch(true);
-    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0x7f00_1000_0000, h).unwrap();
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0x7f00_1000_0000, h).unwrap();
     assert_eq!(tb.platform.prefetches().len(), 2, "attempted, failed, not returned");
-    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, h).unwrap();
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0, h).unwrap();
     assert_eq!(tb.platform.prefetches().len(), 2, "no prefetch address, no prefetch");
     dev.memcpy_mc_wait(&w.src, &w.dst, h).unwrap();
-    w.verify(emu, "copies with prefetch");
+    w.verify("copies with prefetch", true).unwrap();
 }

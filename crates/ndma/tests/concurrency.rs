@@ -1,11 +1,9 @@
 //! Several threads copying through one NC's ring (serialised by the ring lock) and through different NCs
 //! (each on its own ring and engine).
 
-mod common;
-
 use std::thread;
 
-use common::*;
+use ndma_emu::test_utils::*;
 use ndma_emu::ExecPolicy;
 use udma::Arch;
 
@@ -17,12 +15,12 @@ fn hammer(arch: Arch, ncs: &[u32], threads_per_nc: usize) {
             for t in 0..threads_per_nc {
                 s.spawn(move || {
                     for round in 0..6u64 {
-                        let dir = DIRS[(t + round as usize) % 4];
+                        let dir = Dir::ALL[(t + round as usize) % 4];
                         let size = [1u64, 4097, 65536 * 3 + 5, 1 << 20][(round as usize + t) % 4];
                         let seed = (u64::from(nc) << 32) | ((t as u64) << 16) | round;
-                        let w = Windows::new(dev, emu, dir, size, nc, seed);
-                        w.copy(dev).unwrap_or_else(|e| panic!("nc {nc} thread {t} round {round}: {e}"));
-                        w.verify(emu, &format!("{arch} nc {nc} thread {t} round {round} {dir:?} {size}"));
+                        let w = Window::new(dev, emu, dir, size, nc, seed).unwrap();
+                        w.copy_all().unwrap_or_else(|e| panic!("nc {nc} thread {t} round {round}: {e}"));
+                        w.verify(&format!("{arch} nc {nc} thread {t} round {round} {dir:?} {size}"), true).unwrap();
                     }
                 });
             }

@@ -9,12 +9,10 @@
 //! delays and throttling are real waits, kept to a few milliseconds; tests assert on the engine's accounted
 //! counters (`delayed_us`, `throttled_ns`), never on wall time.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::*;
 use ndma::{CtxHandle, NdmaError, NeuronDevice, Platform, MAX_BATCH_BYTES};
+use ndma_emu::test_utils::*;
 use ndma_emu::{
     ClockKind, CorruptField, CorruptOutcome, EmuDevice, ExecPolicy, FaultKind, OrderingMode, PlannedFault, Testbed,
 };
@@ -45,12 +43,12 @@ fn timeout(dev: &NeuronDevice, count: u32, is_async: bool, dir: Dir) -> (NdmaErr
 
 /// Source untouched; the destination holds the first `landed` bytes of the source window and `DST_FILL`
 /// everywhere else (guards included).
-fn verify_prefix(emu: &EmuDevice, w: &Windows, landed: u64, what: &str) {
-    let total = w.size + 2 * GUARD;
-    assert!(get(emu, &w.src, 0, total) == w.src_bytes, "{what}: source changed");
-    let dst = get(emu, &w.dst, 0, total);
+fn verify_prefix(emu: &EmuDevice, w: &Window, landed: u64, what: &str) {
+    let (total, src_bytes) = (w.total(), w.source_bytes());
+    assert!(read_vec(emu, &w.src, 0, total).unwrap() == src_bytes, "{what}: source changed");
+    let dst = read_vec(emu, &w.dst, 0, total).unwrap();
     let (g, l) = (GUARD as usize, landed as usize);
-    if let Some(i) = (0..l).find(|&i| dst[g + i] != w.src_bytes[g + i]) {
+    if let Some(i) = (0..l).find(|&i| dst[g + i] != src_bytes[g + i]) {
         panic!("{what}: byte {i} of the {l} that should have landed is wrong");
     }
     assert!(dst[..g].iter().all(|&b| b == DST_FILL), "{what}: bytes before the destination window changed");
@@ -70,9 +68,9 @@ fn ring_is_clean(dev: &NeuronDevice, emu: &EmuDevice, what: &str) {
 /// The device still copies correctly: a fresh sync copy in `dir`, byte-exact, seen on the first poll.
 fn copies_after(dev: &NeuronDevice, emu: &EmuDevice, dir: Dir, what: &str) {
     let polls = dev.ring_stats(0).unwrap().polls;
-    let w = Windows::new(dev, emu, dir, 2 * DESC + 3, 0, 0xAF7E);
-    w.copy(dev).unwrap_or_else(|e| panic!("{what}: copy after the fault: {e}"));
-    w.verify(emu, &format!("{what}: copy after the fault"));
+    let w = Window::new(dev, emu, dir, 2 * DESC + 3, 0, 0xAF7E).unwrap();
+    w.copy_all().unwrap_or_else(|e| panic!("{what}: copy after the fault: {e}"));
+    w.verify(&format!("{what}: copy after the fault"), true).unwrap();
     assert_eq!(dev.ring_stats(0).unwrap().polls - polls, 1, "{what}: the marker of the next copy is seen at once");
 }
 
@@ -86,19 +84,19 @@ fn a_lost_marker_times_out_with_every_data_byte_landed_and_the_ring_recovers() {
         let tb = fake(arch);
         let (dev, emu) = tb.device(0);
         let (eng, qid) = queue(dev);
-        for (i, dir) in DIRS.into_iter().enumerate() {
+        for (i, dir) in Dir::ALL.into_iter().enumerate() {
             let what = format!("{arch} {dir:?}");
-            let w = Windows::new(dev, emu, dir, SMALL, 0, i as u64);
+            let w = Window::new(dev, emu, dir, SMALL, 0, i as u64).unwrap();
             let before = dev.ring_stats(0).unwrap();
             emu.fault_plan().add(PlannedFault::DropFinalWrite { engine: eng, qid });
             let t0 = tb.platform.now_us();
-            let err = w.copy(dev).unwrap_err();
+            let err = w.copy_all().unwrap_err();
             let (expected, waited) = timeout(dev, 5, false, dir);
             assert_eq!(err, expected, "{what}");
             assert_eq!(err.errno(), -110);
             assert_eq!(tb.platform.now_us() - t0, waited, "{what}: virtual time of the wait");
             // The marker is the batch's final write: every data descriptor before it landed.
-            w.verify(emu, &what);
+            w.verify(&what, true).unwrap();
             assert!(emu.fault_plan().entries().is_empty(), "{what}: the drop fired");
             assert!(emu.faults().is_empty(), "{what}: a lost write is not an engine fault");
             let d = dev.ring_stats(0).unwrap().since(&before);
@@ -115,17 +113,17 @@ fn a_lost_marker_in_a_multi_batch_copy_fails_its_batch_and_stages_no_more() {
     let tb = fake(Arch::V2);
     let (dev, emu) = tb.device(0);
     let (eng, qid) = queue(dev);
-    let w = Windows::new(dev, emu, Dir::H2D, MAX_BATCH_BYTES + DESC + 1, 0, 1);
+    let w = Window::new(dev, emu, Dir::H2d, MAX_BATCH_BYTES + DESC + 1, 0, 1).unwrap();
     emu.fault_plan().add(PlannedFault::DropFinalWrite { engine: eng, qid });
-    let err = w.copy(dev).unwrap_err();
+    let err = w.copy_all().unwrap_err();
     // The first batch (2031 data descriptors + marker) lost its marker; the second was never staged.
-    assert_eq!(err, timeout(dev, ndma::SYNC_THRESHOLD + 1, false, Dir::H2D).0);
+    assert_eq!(err, timeout(dev, ndma::SYNC_THRESHOLD + 1, false, Dir::H2d).0);
     verify_prefix(emu, &w, MAX_BATCH_BYTES, "first batch landed, second never staged");
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.batches, s.bytes, s.transfers, s.timeouts), (1, 0, 0, 1), "{s:?}");
     ring_is_clean(dev, emu, "after the multi-batch timeout");
-    w.copy(dev).unwrap();
-    w.verify(emu, "the same multi-batch copy again");
+    w.copy_all().unwrap();
+    w.verify("the same multi-batch copy again", true).unwrap();
 }
 
 #[test]
@@ -137,30 +135,30 @@ fn a_lost_marker_fails_the_async_wait_that_needs_it() {
 
         // Alone: the submit returns at once; `memcpy_mc_wait` waits for its own context, so with the sync
         // budget (the driver's `_ndma_memcpy_wait_for_completion(ctx, ctx)`: async only for a previous context).
-        let a = Windows::new(dev, emu, Dir::H2D, SMALL, 0, 1);
+        let a = Window::new(dev, emu, Dir::H2d, SMALL, 0, 1).unwrap();
         emu.fault_plan().add(PlannedFault::DropFinalWrite { engine: eng, qid });
-        let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.size, 0, CtxHandle::None).unwrap();
+        let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.len, 0, CtxHandle::None).unwrap();
         assert_eq!(h, CtxHandle::Async1);
-        assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, h), Err(timeout(dev, 5, false, Dir::H2D).0), "{arch}");
-        a.verify(emu, "async copy whose marker was lost");
+        assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, h), Err(timeout(dev, 5, false, Dir::H2d).0), "{arch}");
+        a.verify("async copy whose marker was lost", true).unwrap();
         assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, h), Err(NdmaError::ContextNotInUse(1)), "released");
         ring_is_clean(dev, emu, "after the async timeout");
 
         // Second in a chain: the drop is armed by the second copy's doorbell, so the first completes (its
         // wait inside the second submit succeeds) and the second's wait times out (sync budget, and a
         // device-to-device copy gets the driver's d2d shortcut there).
-        let b = Windows::new(dev, emu, Dir::D2H, DESC + 1, 0, 2);
-        let c = Windows::new(dev, emu, Dir::D2D, 10, 0, 3);
-        let h1 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.size, 0, CtxHandle::None).unwrap();
+        let b = Window::new(dev, emu, Dir::D2h, DESC + 1, 0, 2).unwrap();
+        let c = Window::new(dev, emu, Dir::D2d, 10, 0, 3).unwrap();
+        let h1 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.len, 0, CtxHandle::None).unwrap();
         emu.fault_plan().add(PlannedFault::DropFinalWrite { engine: eng, qid });
-        let h2 = dev.memcpy_mc_async(&c.src, &c.dst, GUARD, GUARD, c.size, 0, h1).unwrap();
-        b.verify(emu, "first of the chain");
-        assert_eq!(dev.memcpy_mc_wait(&c.src, &c.dst, h2), Err(timeout(dev, 2, false, Dir::D2D).0), "{arch}");
-        c.verify(emu, "second of the chain: data landed, marker lost");
+        let h2 = dev.memcpy_mc_async(&c.src, &c.dst, GUARD, GUARD, c.len, 0, h1).unwrap();
+        b.verify("first of the chain", true).unwrap();
+        assert_eq!(dev.memcpy_mc_wait(&c.src, &c.dst, h2), Err(timeout(dev, 2, false, Dir::D2d).0), "{arch}");
+        c.verify("second of the chain: data landed, marker lost", true).unwrap();
         let s = dev.ring_stats(0).unwrap();
         assert_eq!((s.submitted, s.transfers, s.timeouts, s.aborts), (3, 1, 2, 0), "{arch}: {s:?}");
         ring_is_clean(dev, emu, "after the chain");
-        copies_after(dev, emu, Dir::H2H, &format!("{arch} async"));
+        copies_after(dev, emu, Dir::H2h, &format!("{arch} async"));
     }
 }
 
@@ -208,15 +206,15 @@ fn a_corrupted_descriptor_halts_the_queue_and_the_copy_times_out_with_the_prefix
         let (dev, emu) = tb.device(0);
         let (eng, qid) = queue(dev);
         for k in 0..12u64 {
-            let dir = DIRS[k as usize % 4];
+            let dir = Dir::ALL[k as usize % 4];
             // Pairs 0..=3 are data, pair 4 the marker.
             let nth = k % 5;
             let what = format!("{arch} {dir:?} corrupt pair {nth}");
-            let w = Windows::new(dev, emu, dir, SMALL, 0, k);
+            let w = Window::new(dev, emu, dir, SMALL, 0, k).unwrap();
             let first_slot = dev.ring_descriptors(0).unwrap().len() as u32;
             emu.clear_faults();
             emu.fault_plan().add(PlannedFault::Corrupt { engine: eng, qid, nth });
-            let err = w.copy(dev).unwrap_err();
+            let err = w.copy_all().unwrap_err();
             assert_eq!(err, timeout(dev, 5, false, dir).0, "{what}");
 
             let reports = emu.corruptions();
@@ -240,8 +238,8 @@ fn a_corrupted_descriptor_halts_the_queue_and_the_copy_times_out_with_the_prefix
             // The same copy again succeeds. The re-initialised ring stages it from slot 0 with phase 1, as the
             // failed copy was staged (the ring never wraps here), so its pair `nth` is the pair the engine
             // fetched before the flip: the fault must be exactly what that flip makes of it.
-            w.copy(dev).unwrap();
-            w.verify(emu, &format!("{what}: the same copy again"));
+            w.copy_all().unwrap();
+            w.verify(&format!("{what}: the same copy again"), true).unwrap();
             let pair = dev.ring_descriptors(0).unwrap()[nth as usize];
             assert_eq!(kind, expected_fault(pair, r.dir, r.field, r.bit), "{what}: {r:?}");
             copies_after(dev, emu, dir, &what);
@@ -259,22 +257,22 @@ fn a_corrupted_async_copy_fails_its_wait_and_aborts_what_was_staged_behind_it() 
 
         // The corrupted copy's own wait (sync budget): the second data pair is corrupted, so one descriptor
         // landed.
-        let a = Windows::new(dev, emu, Dir::H2D, SMALL, 0, 1);
+        let a = Window::new(dev, emu, Dir::H2d, SMALL, 0, 1).unwrap();
         emu.fault_plan().add(PlannedFault::Corrupt { engine: eng, qid, nth: 1 });
-        let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.size, 0, CtxHandle::None).unwrap();
-        assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, h), Err(timeout(dev, 5, false, Dir::H2D).0), "{arch}");
+        let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.len, 0, CtxHandle::None).unwrap();
+        assert_eq!(dev.memcpy_mc_wait(&a.src, &a.dst, h), Err(timeout(dev, 5, false, Dir::H2d).0), "{arch}");
         verify_prefix(emu, &a, DESC, "async copy halted at its second pair");
         ring_is_clean(dev, emu, "after the async wait");
 
         // The next submit in the chain waits for the corrupted copy (async budget: a previous context): it
         // reports the timeout, and the copy it staged behind the halted one never ran; both contexts are
         // released.
-        let b = Windows::new(dev, emu, Dir::D2D, SMALL, 0, 2);
-        let c = Windows::new(dev, emu, Dir::D2H, 5000, 0, 3);
+        let b = Window::new(dev, emu, Dir::D2d, SMALL, 0, 2).unwrap();
+        let c = Window::new(dev, emu, Dir::D2h, 5000, 0, 3).unwrap();
         emu.fault_plan().add(PlannedFault::Corrupt { engine: eng, qid, nth: 0 });
-        let h1 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.size, 0, CtxHandle::None).unwrap();
-        let err = dev.memcpy_mc_async(&c.src, &c.dst, GUARD, GUARD, c.size, 0, h1).unwrap_err();
-        assert_eq!(err, timeout(dev, 5, true, Dir::D2D).0, "{arch}");
+        let h1 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.len, 0, CtxHandle::None).unwrap();
+        let err = dev.memcpy_mc_async(&c.src, &c.dst, GUARD, GUARD, c.len, 0, h1).unwrap_err();
+        assert_eq!(err, timeout(dev, 5, true, Dir::D2d).0, "{arch}");
         verify_prefix(emu, &b, 0, "halted on its first pair");
         verify_prefix(emu, &c, 0, "staged behind the halted copy");
         assert_eq!(dev.memcpy_mc_wait(&b.src, &b.dst, h1), Err(NdmaError::ContextNotInUse(1)));
@@ -283,11 +281,11 @@ fn a_corrupted_async_copy_fails_its_wait_and_aborts_what_was_staged_behind_it() 
 
         // A sync copy staged behind a halted async copy times out; the async copy was abandoned by the ring
         // re-initialisation that recovered from it, and its wait says so (-EIO), without waiting.
-        let d = Windows::new(dev, emu, Dir::H2H, SMALL, 0, 4);
-        let e = Windows::new(dev, emu, Dir::H2D, 100, 0, 5);
+        let d = Window::new(dev, emu, Dir::H2h, SMALL, 0, 4).unwrap();
+        let e = Window::new(dev, emu, Dir::H2d, 100, 0, 5).unwrap();
         emu.fault_plan().add(PlannedFault::Corrupt { engine: eng, qid, nth: 2 });
-        let h = dev.memcpy_mc_async(&d.src, &d.dst, GUARD, GUARD, d.size, 0, CtxHandle::None).unwrap();
-        assert_eq!(e.copy(dev), Err(timeout(dev, 2, false, Dir::H2D).0), "{arch}");
+        let h = dev.memcpy_mc_async(&d.src, &d.dst, GUARD, GUARD, d.len, 0, CtxHandle::None).unwrap();
+        assert_eq!(e.copy_all(), Err(timeout(dev, 2, false, Dir::H2d).0), "{arch}");
         let t0 = tb.platform.now_us();
         let err = dev.memcpy_mc_wait(&d.src, &d.dst, h).unwrap_err();
         assert_eq!(err, NdmaError::Aborted(1));
@@ -298,7 +296,7 @@ fn a_corrupted_async_copy_fails_its_wait_and_aborts_what_was_staged_behind_it() 
         let s = dev.ring_stats(0).unwrap();
         assert_eq!((s.timeouts, s.aborts, s.transfers), (3, 1, 0), "{arch}: {s:?}");
         ring_is_clean(dev, emu, "after the abort");
-        copies_after(dev, emu, Dir::D2D, &format!("{arch} after corrupt async"));
+        copies_after(dev, emu, Dir::D2d, &format!("{arch} after corrupt async"));
     }
 }
 
@@ -330,20 +328,21 @@ fn a_delayed_engine_completes_every_copy_exactly_and_accounts_the_delay() {
         let ring_before = dev.ring_stats(0).unwrap();
 
         // Sync, every direction: 4 data descriptors + marker each.
-        for (i, dir) in DIRS.into_iter().enumerate() {
-            let w = Windows::new(dev, emu, dir, SMALL, 0, i as u64);
-            w.copy(dev).unwrap();
-            w.verify(emu, &format!("{arch} {dir:?} delayed"));
+        for (i, dir) in Dir::ALL.into_iter().enumerate() {
+            let w = Window::new(dev, emu, dir, SMALL, 0, i as u64).unwrap();
+            w.copy_all().unwrap();
+            w.verify(&format!("{arch} {dir:?} delayed"), true).unwrap();
         }
         // Async chain: 1 + 2 + 3 data descriptors, a marker each.
-        let ws: Vec<Windows> = (1..=3).map(|n| Windows::new(dev, emu, DIRS[n as usize], n * DESC, 0, n)).collect();
+        let ws: Vec<Window> =
+            (1..=3).map(|n| Window::new(dev, emu, Dir::ALL[n as usize], n * DESC, 0, n).unwrap()).collect();
         let mut prev = CtxHandle::None;
         for w in &ws {
-            prev = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, prev).unwrap();
+            prev = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0, prev).unwrap();
         }
         dev.memcpy_mc_wait(&ws[2].src, &ws[2].dst, prev).unwrap();
         for (i, w) in ws.iter().enumerate() {
-            w.verify(emu, &format!("{arch} async {i} delayed"));
+            w.verify(&format!("{arch} async {i} delayed"), true).unwrap();
         }
 
         let descs = 4 * 5 + (2 + 3 + 4);
@@ -354,7 +353,7 @@ fn a_delayed_engine_completes_every_copy_exactly_and_accounts_the_delay() {
 
         // The delay ends when the plan is cleared.
         emu.fault_plan().clear();
-        copies_after(dev, emu, Dir::H2D, &format!("{arch} delay cleared"));
+        copies_after(dev, emu, Dir::H2d, &format!("{arch} delay cleared"));
         let e2 = emu.engine_stats(eng).unwrap().since(&before);
         assert_eq!(e2.delayed_us, descs * PER_DESC_US, "{arch}: no delay once cleared");
         assert!(emu.faults().is_empty());
@@ -375,31 +374,31 @@ fn a_throttled_engine_completes_every_copy_exactly_and_accounts_the_throttle() {
         emu.fault_plan().add(PlannedFault::Bandwidth { engine: Some(eng), bytes_per_sec: RATE });
         let sizes = [1u64, 4 * DESC + 7, 1 << 20];
         for (i, &size) in sizes.iter().enumerate() {
-            let dir = DIRS[i % 4];
-            let w = Windows::new(dev, emu, dir, size, 0, i as u64);
-            w.copy(dev).unwrap();
-            w.verify(emu, &format!("{arch} {dir:?} {size} throttled"));
+            let dir = Dir::ALL[i % 4];
+            let w = Window::new(dev, emu, dir, size, 0, i as u64).unwrap();
+            w.copy_all().unwrap();
+            w.verify(&format!("{arch} {dir:?} {size} throttled"), true).unwrap();
         }
         // Every engine, through an async chain.
         emu.fault_plan().clear();
         emu.fault_plan().add(PlannedFault::Bandwidth { engine: None, bytes_per_sec: RATE });
-        let a = Windows::new(dev, emu, Dir::D2D, 3 * DESC, 0, 7);
-        let b = Windows::new(dev, emu, Dir::H2H, 12_345, 0, 8);
-        let h1 = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.size, 0, CtxHandle::None).unwrap();
-        let h2 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.size, 0, h1).unwrap();
+        let a = Window::new(dev, emu, Dir::D2d, 3 * DESC, 0, 7).unwrap();
+        let b = Window::new(dev, emu, Dir::H2h, 12_345, 0, 8).unwrap();
+        let h1 = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.len, 0, CtxHandle::None).unwrap();
+        let h2 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.len, 0, h1).unwrap();
         dev.memcpy_mc_wait(&b.src, &b.dst, h2).unwrap();
-        a.verify(emu, "async throttled");
-        b.verify(emu, "async throttled");
+        a.verify("async throttled", true).unwrap();
+        b.verify("async throttled", true).unwrap();
 
         // Data bytes plus a 4-byte marker per batch (5 batches), at 1 ns each.
-        let bytes = sizes.iter().sum::<u64>() + a.size + b.size;
+        let bytes = sizes.iter().sum::<u64>() + a.len + b.len;
         let e = emu.engine_stats(eng).unwrap().since(&before);
         assert_eq!(e.bytes, bytes + 5 * 4, "{arch}");
         assert_eq!(e.throttled_ns, bytes + 5 * 4, "{arch}: {e:?}");
         assert_eq!(dev.ring_stats(0).unwrap().timeouts, 0);
 
         emu.fault_plan().clear();
-        copies_after(dev, emu, Dir::D2H, &format!("{arch} throttle cleared"));
+        copies_after(dev, emu, Dir::D2h, &format!("{arch} throttle cleared"));
         assert_eq!(emu.engine_stats(eng).unwrap().since(&before).throttled_ns, bytes + 5 * 4, "{arch}");
     }
 }

@@ -1,10 +1,8 @@
 //! memset, copy_descriptors, is_valid_host_mem — on the emulator.
 
-mod common;
-
-use common::*;
 use ndma::validate::{NEURON_DMA_QUEUE_TYPE_RX, NEURON_DMA_QUEUE_TYPE_TX};
 use ndma::{Instance, NdmaError, MEMSET_HOST_BUF_SIZE};
+use ndma_emu::test_utils::*;
 use ndma_emu::{ExecPolicy, Testbed, TestbedConfig};
 use udma::{Arch, Barrier, Desc};
 use zerocopy::IntoBytes;
@@ -30,12 +28,12 @@ fn memset_below_at_and_above_64k_leaves_neighbours_untouched() {
             for host in [false, true] {
                 let what = format!("{arch} memset {size} host={host}");
                 let total = size + 2 * GUARD;
-                let mc = alloc(dev, host, total, 0);
-                let before = pattern(total as usize, i as u64);
-                put(emu, &mc, 0, &before);
+                let mc = alloc(dev, host, total, 0).unwrap();
+                let before = pattern(i as u64, 0, total as usize);
+                write_chunk(emu, &mc, 0, &before).unwrap();
                 let value = 0x30 + i as u8;
                 dev.memset(&mc, GUARD, value, size).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let after = get(emu, &mc, 0, total);
+                let after = read_vec(emu, &mc, 0, total).unwrap();
                 let (g, s) = (GUARD as usize, size as usize);
                 assert!(after[..g] == before[..g], "{what}: bytes before changed");
                 assert!(after[g + s..] == before[g + s..], "{what}: bytes after changed");
@@ -84,8 +82,8 @@ fn copy_descriptors_validates_every_pa_before_copying_anything() {
                 addrs[bad_at] = bogus_host;
                 let ring = build(&addrs);
                 for dst_host in [true, false] {
-                    let dst = alloc(dev, dst_host, ring.len() as u64, 0);
-                    put(emu, &dst, 0, &vec![0xEE; ring.len()]);
+                    let dst = alloc(dev, dst_host, ring.len() as u64, 0).unwrap();
+                    write_chunk(emu, &dst, 0, &vec![0xEE; ring.len()]).unwrap();
                     let err = dev.copy_descriptors(&ring, 0, &dst, 0, ring.len() as u64, qtype).unwrap_err();
                     assert_eq!(
                         err,
@@ -93,14 +91,21 @@ fn copy_descriptors_validates_every_pa_before_copying_anything() {
                         "{arch} q{qtype}"
                     );
                     assert_eq!(err.errno(), -22);
-                    assert!(get(emu, &dst, 0, ring.len() as u64).iter().all(|&b| b == 0xEE), "nothing copied");
+                    assert!(
+                        read_vec(emu, &dst, 0, ring.len() as u64).unwrap().iter().all(|&b| b == 0xEE),
+                        "nothing copied"
+                    );
                 }
             }
             let ring = build(&good);
             for dst_host in [true, false] {
-                let dst = alloc(dev, dst_host, ring.len() as u64 + 32, 0);
+                let dst = alloc(dev, dst_host, ring.len() as u64 + 32, 0).unwrap();
                 dev.copy_descriptors(&ring, 0, &dst, 16, ring.len() as u64, qtype).unwrap();
-                assert_eq!(get(emu, &dst, 16, ring.len() as u64), ring, "{arch} q{qtype} host={dst_host}");
+                assert_eq!(
+                    read_vec(emu, &dst, 16, ring.len() as u64).unwrap(),
+                    ring,
+                    "{arch} q{qtype} host={dst_host}"
+                );
             }
         }
         // Malformed requests.
@@ -196,11 +201,11 @@ mod props {
                     d.as_bytes().to_vec()
                 })
                 .collect();
-            let dst = alloc(dev, to_host, ring.len() as u64, 0);
-            put(emu, &dst, 0, &vec![0xEE; ring.len()]);
+            let dst = alloc(dev, to_host, ring.len() as u64, 0).unwrap();
+            write_chunk(emu, &dst, 0, &vec![0xEE; ring.len()]).unwrap();
             let qtype = if rx { NEURON_DMA_QUEUE_TYPE_RX } else { NEURON_DMA_QUEUE_TYPE_TX };
             let result = dev.copy_descriptors(&ring, 0, &dst, 0, ring.len() as u64, qtype);
-            let after = get(emu, &dst, 0, ring.len() as u64);
+            let after = read_vec(emu, &dst, 0, ring.len() as u64).unwrap();
             match pas.iter().position(|p| matches!(p, Pa::BadHost(_))) {
                 Some(index) => {
                     prop_assert_eq!(result, Err(NdmaError::InvalidDescriptorAddress { index, pa: addr(pas[index]) }));

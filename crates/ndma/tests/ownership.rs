@@ -1,12 +1,10 @@
 //! Memory handed to the engine belongs to the transfer until it completes or is recovered, and every
 //! descriptor slot belongs to exactly one context: the soundness properties of the classic path.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
 use ndma::{AsyncPipeline, CtxHandle, NdmaError, Transfer};
+use ndma_emu::test_utils::*;
 use ndma_emu::{ClockKind, EmuDevice, ExecPolicy, OrderingMode, PlannedFault};
 use udma::{regs, Arch, Direction, Mmio};
 
@@ -32,10 +30,10 @@ fn dropping_the_chunks_of_an_async_copy_in_flight_frees_nothing_the_engine_still
         let tb = adversarial(arch, ExecPolicy::Inline);
         let (dev, emu) = tb.device(0);
         let size = 3 * 65536 + 123;
-        let src = alloc(dev, true, size, 0);
-        let dst = alloc(dev, false, size, 0);
-        let data = pattern(size as usize, 7);
-        put(emu, &src, 0, &data);
+        let src = alloc(dev, true, size, 0).unwrap();
+        let dst = alloc(dev, false, size, 0).unwrap();
+        let data = pattern(7, 0, size as usize);
+        write_chunk(emu, &src, 0, &data).unwrap();
         let (src_pa, dst_pa) = (src.pa(), dst.pa());
         // Hold the copy in flight: the queue is paused, its doorbells stay pending.
         set_enabled(dev, emu, 0, false);
@@ -46,16 +44,19 @@ fn dropping_the_chunks_of_an_async_copy_in_flight_frees_nothing_the_engine_still
         drop(dst);
         // New chunks of the same sizes, written by their new owner. Were the old ranges freed, first fit would
         // hand them out again and the engine would read the new owner's bytes and write over them.
-        let src2 = alloc(dev, true, size, 0);
-        let dst2 = alloc(dev, false, size, 0);
+        let src2 = alloc(dev, true, size, 0).unwrap();
+        let dst2 = alloc(dev, false, size, 0).unwrap();
         assert_ne!(src2.pa(), src_pa, "{arch}: the source is still the copy's");
         assert_ne!(dst2.pa(), dst_pa, "{arch}: the destination is still the copy's");
-        put(emu, &src2, 0, &vec![0x33; size as usize]);
-        put(emu, &dst2, 0, &vec![0x44; size as usize]);
+        write_chunk(emu, &src2, 0, &vec![0x33; size as usize]).unwrap();
+        write_chunk(emu, &dst2, 0, &vec![0x44; size as usize]).unwrap();
         set_enabled(dev, emu, 0, true);
         dev.wait_handle(0, h).unwrap();
-        assert!(get(emu, &dst2, 0, size).iter().all(|&b| b == 0x44), "{arch}: the new allocation is untouched");
-        assert!(get(emu, &src2, 0, size).iter().all(|&b| b == 0x33), "{arch}");
+        assert!(
+            read_vec(emu, &dst2, 0, size).unwrap().iter().all(|&b| b == 0x44),
+            "{arch}: the new allocation is untouched"
+        );
+        assert!(read_vec(emu, &src2, 0, size).unwrap().iter().all(|&b| b == 0x33), "{arch}");
         // The copy moved the original bytes into the original destination, then let go of it.
         let mut landed = vec![0u8; size as usize];
         emu.hbm_read(dst_pa, &mut landed).unwrap();
@@ -70,8 +71,8 @@ fn a_refused_async_call_leaves_every_slot_accounted_for() {
     // async(None), async(h1), async(None), async(ASYNC1): the last one finds ASYNC2 still in use.
     let tb = adversarial(Arch::V2, ExecPolicy::Inline);
     let (dev, emu) = tb.device(0);
-    let ws: Vec<Windows> = (0..3).map(|i| Windows::new(dev, emu, Dir::H2D, 60_000 + 10 * i, 0, i)).collect();
-    let t = |w: &Windows, prev| dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, prev);
+    let ws: Vec<Window> = (0..3).map(|i| Window::new(dev, emu, Dir::H2d, 60_000 + 10 * i, 0, i).unwrap()).collect();
+    let t = |w: &Window, prev| dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0, prev);
     set_enabled(dev, emu, 0, false);
     let h1 = t(&ws[0], CtxHandle::None).unwrap();
     set_enabled(dev, emu, 0, true);
@@ -93,7 +94,7 @@ fn a_refused_async_call_leaves_every_slot_accounted_for() {
     dev.wait_handle(0, CtxHandle::Async2).unwrap();
     assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
     for (i, w) in ws.iter().enumerate() {
-        w.verify(emu, &format!("copy {i}"));
+        w.verify(&format!("copy {i}"), true).unwrap();
     }
 }
 
@@ -102,15 +103,15 @@ fn a_failure_on_the_ring_aborts_the_copy_in_flight_and_releases_its_memory() {
     let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
     let (dev, emu) = tb.device(0);
     let (eng, qid) = dev.h2t_queue(0).unwrap();
-    let a = Windows::new(dev, emu, Dir::H2D, 10_000, 0, 1);
-    let b = Windows::new(dev, emu, Dir::D2H, 20_000, 0, 2);
+    let a = Window::new(dev, emu, Dir::H2d, 10_000, 0, 1).unwrap();
+    let b = Window::new(dev, emu, Dir::D2h, 20_000, 0, 2).unwrap();
     let held = Arc::downgrade(&a.dst);
     let a_dst = a.dst.pa();
     // A's copy is staged behind a hang; a synchronous copy on the same ring then times out.
     emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
     let h = dev.start(&a.transfer()).unwrap();
     assert!(!h.is_complete());
-    assert!(matches!(b.copy(dev), Err(NdmaError::Timeout { .. })));
+    assert!(matches!(b.copy_all(), Err(NdmaError::Timeout { .. })));
     assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0), "the recovery re-initialised the ring");
     assert!(h.is_complete(), "an aborted copy is over");
     assert_eq!(h.wait(), Err(NdmaError::Aborted(1)));
@@ -119,30 +120,30 @@ fn a_failure_on_the_ring_aborts_the_copy_in_flight_and_releases_its_memory() {
     drop(a);
     assert!(held.upgrade().is_none(), "the aborted copy no longer holds its memory");
     // The ring works: the failed copy again, and a copy into the aborted one's (first-fit reused) memory.
-    let c = Windows::new(dev, emu, Dir::H2D, 10_000, 0, 3);
+    let c = Window::new(dev, emu, Dir::H2d, 10_000, 0, 3).unwrap();
     assert_eq!(c.dst.pa(), a_dst, "the aborted copy's destination range was freed");
-    b.copy(dev).unwrap();
-    b.verify(emu, "the copy after the recovery");
-    c.copy(dev).unwrap();
-    c.verify(emu, "a copy into the aborted copy's memory");
+    b.copy_all().unwrap();
+    b.verify("the copy after the recovery", true).unwrap();
+    c.copy_all().unwrap();
+    c.verify("a copy into the aborted copy's memory", true).unwrap();
 }
 
 #[test]
 fn v2_replay_restages_every_batch_in_flight_in_staging_order() {
     let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
     let (dev, emu) = tb.device(0);
-    let a = Windows::new(dev, emu, Dir::H2D, 70_000, 0, 4);
-    let s = Windows::new(dev, emu, Dir::D2H, 90_000, 0, 5);
+    let a = Window::new(dev, emu, Dir::H2d, 70_000, 0, 4).unwrap();
+    let s = Window::new(dev, emu, Dir::D2h, 90_000, 0, 5).unwrap();
     // Both doorbells ring inside the reset: the queue hangs; the sync copy's wait times out inside the window
     // and the ring is re-initialised. The async copy staged before it must be replayed too, first.
     assert!(emu.reset_nc(0, 10));
     let h = dev.start(&a.transfer()).unwrap();
-    s.copy(dev).unwrap();
+    s.copy_all().unwrap();
     let st = dev.ring_stats(0).unwrap();
     assert_eq!((st.retries, st.replays), (1, 2), "{st:?}");
     h.wait().unwrap();
-    a.verify(emu, "the async copy replayed before the sync one");
-    s.verify(emu, "the sync copy");
+    a.verify("the async copy replayed before the sync one", true).unwrap();
+    s.verify("the sync copy", true).unwrap();
     assert_eq!(dev.ring_stats(0).unwrap().transfers, 2);
 }
 
@@ -150,7 +151,8 @@ fn v2_replay_restages_every_batch_in_flight_in_staging_order() {
 fn in_flight_handles_chain_drain_on_drop_and_answer_without_blocking() {
     let tb = adversarial(Arch::V3, ExecPolicy::Inline);
     let (dev, emu) = tb.device(0);
-    let ws: Vec<Windows> = (0..4).map(|i| Windows::new(dev, emu, Dir::H2D, 5000 + i, (i % 2) as u32, i)).collect();
+    let ws: Vec<Window> =
+        (0..4).map(|i| Window::new(dev, emu, Dir::H2d, 5000 + i, (i % 2) as u32, i).unwrap()).collect();
     set_enabled(dev, emu, 0, false);
     let h = dev.start(&ws[0].transfer()).unwrap();
     assert_eq!((h.nc(), h.handle()), (0, CtxHandle::Async1));
@@ -172,7 +174,7 @@ fn in_flight_handles_chain_drain_on_drop_and_answer_without_blocking() {
     }
     assert_eq!(dev.wait_handle(1, CtxHandle::Async1), Err(NdmaError::ContextNotInUse(1)), "drop waited");
     for (i, w) in ws.iter().enumerate() {
-        w.verify(emu, &format!("copy {i}"));
+        w.verify(&format!("copy {i}"), true).unwrap();
     }
     // A second chain on a ring whose chain is in flight is refused; the first is untouched.
     let first = dev.start(&ws[0].transfer()).unwrap();
@@ -203,11 +205,11 @@ fn memset_of_a_host_chunk_runs_both_steps_on_the_chunks_nc() {
 fn the_sync_handle_keeps_its_prefetch() {
     let tb = adversarial(Arch::V2, ExecPolicy::Inline);
     let (dev, emu) = tb.device(0);
-    let w = Windows::new(dev, emu, Dir::D2H, 200_000, 0, 9);
-    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0x7f00_0000, CtxHandle::Sync).unwrap();
+    let w = Window::new(dev, emu, Dir::D2h, 200_000, 0, 9).unwrap();
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0x7f00_0000, CtxHandle::Sync).unwrap();
     assert_eq!(h, CtxHandle::Sync);
     assert_eq!(tb.platform.prefetches(), vec![(0x7f00_0000, 200_000)]);
-    w.verify(emu, "sync copy through the async entry");
+    w.verify("sync copy through the async entry", true).unwrap();
     dev.copy(&w.transfer().prefetch(0x7f00_1000)).unwrap();
     assert_eq!(tb.platform.prefetches().len(), 2);
 }
@@ -216,9 +218,9 @@ fn the_sync_handle_keeps_its_prefetch() {
 fn dropping_the_device_quiesces_its_rings() {
     let tb = adversarial(Arch::V2, ExecPolicy::Inline);
     let (dev, emu) = tb.device(0);
-    let w = Windows::new(dev, emu, Dir::H2D, 100_000, 0, 3);
+    let w = Window::new(dev, emu, Dir::H2d, 100_000, 0, 3).unwrap();
     set_enabled(dev, emu, 0, false);
-    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.size, 0, CtxHandle::None).unwrap();
+    let h = dev.memcpy_mc_async(&w.src, &w.dst, GUARD, GUARD, w.len, 0, CtxHandle::None).unwrap();
     assert_eq!(h, CtxHandle::Async1);
     assert_eq!(pending(dev, emu, 0), 3);
     let emu = Arc::clone(emu);

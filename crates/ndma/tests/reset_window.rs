@@ -2,10 +2,8 @@
 //! on V2 silicon; the op layer re-initialises the ring and replays — only on V2, only inside the window,
 //! boundedly.
 
-mod common;
-
-use common::*;
 use ndma::{AsyncPipeline, CtxHandle, NdmaError, Platform, MAX_RESET_WINDOW_REPLAYS};
+use ndma_emu::test_utils::*;
 use ndma_emu::{ClockKind, ExecPolicy, OrderingMode, PlannedFault};
 use udma::Arch;
 
@@ -21,20 +19,20 @@ const V2_3_DESC_WAIT_JIFFIES: u64 = 80;
 fn v2_sync_copy_started_during_a_reset_recovers_with_correct_data() {
     let tb = fake(Arch::V2);
     let (dev, emu) = tb.device(0);
-    let w = Windows::new(dev, emu, Dir::H2D, 100_000, 0, 1);
+    let w = Window::new(dev, emu, Dir::H2d, 100_000, 0, 1).unwrap();
     // The reset outlasts the first wait, so the first replay hangs too; the second runs after the reset.
     assert!(emu.reset_nc(0, V2_3_DESC_WAIT_JIFFIES + 20));
     assert!(emu.nc_reset_in_progress(0));
-    w.copy(dev).unwrap();
-    w.verify(emu, "v2 sync copy through a reset");
+    w.copy_all().unwrap();
+    w.verify("v2 sync copy through a reset", true).unwrap();
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.timeouts, s.retries, s.replays, s.transfers), (2, 2, 2, 1), "{s:?}");
     assert!(!emu.nc_reset_in_progress(0));
     // A reset of the other NC does not touch NC 0's ring.
     assert!(emu.reset_nc(1, 1000));
-    let w2 = Windows::new(dev, emu, Dir::D2H, 70_000, 0, 2);
-    w2.copy(dev).unwrap();
-    w2.verify(emu, "nc 0 while nc 1 resets");
+    let w2 = Window::new(dev, emu, Dir::D2h, 70_000, 0, 2).unwrap();
+    w2.copy_all().unwrap();
+    w2.verify("nc 0 while nc 1 resets", true).unwrap();
     assert_eq!(dev.ring_stats(0).unwrap().retries, 2);
 }
 
@@ -42,18 +40,18 @@ fn v2_sync_copy_started_during_a_reset_recovers_with_correct_data() {
 fn v2_async_chain_replays_both_contexts() {
     let tb = fake(Arch::V2);
     let (dev, emu) = tb.device(0);
-    let a = Windows::new(dev, emu, Dir::H2D, 64 * 1024 + 3, 0, 3);
-    let b = Windows::new(dev, emu, Dir::H2D, 5000, 0, 4);
+    let a = Window::new(dev, emu, Dir::H2d, 64 * 1024 + 3, 0, 3).unwrap();
+    let b = Window::new(dev, emu, Dir::H2d, 5000, 0, 4).unwrap();
     assert!(emu.reset_nc(0, 10));
-    let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.size, 0, CtxHandle::None).unwrap();
+    let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.len, 0, CtxHandle::None).unwrap();
     // a hangs (doorbell inside the reset); b is staged behind it, then a's wait times out inside the window:
     // the ring is re-initialised and both contexts are replayed.
-    let h2 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.size, 0, h).unwrap();
+    let h2 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.len, 0, h).unwrap();
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.retries, s.replays), (1, 2), "{s:?}");
     dev.memcpy_mc_wait(&b.src, &b.dst, h2).unwrap();
-    a.verify(emu, "a replayed");
-    b.verify(emu, "b replayed");
+    a.verify("a replayed", true).unwrap();
+    b.verify("b replayed", true).unwrap();
     assert_eq!(dev.ring_stats(0).unwrap().transfers, 2);
 }
 
@@ -61,9 +59,9 @@ fn v2_async_chain_replays_both_contexts() {
 fn the_retry_is_bounded_and_the_ring_is_usable_afterwards() {
     let tb = fake(Arch::V2);
     let (dev, emu) = tb.device(0);
-    let w = Windows::new(dev, emu, Dir::D2D, 4096, 0, 5);
+    let w = Window::new(dev, emu, Dir::D2d, 4096, 0, 5).unwrap();
     assert!(emu.reset_nc(0, 1_000_000));
-    let err = w.copy(dev).unwrap_err();
+    let err = w.copy_all().unwrap_err();
     assert_eq!(err, NdmaError::RetryExhausted { replays: MAX_RESET_WINDOW_REPLAYS, state: ndma::RingSnapshot::NONE });
     assert_eq!(err.errno(), -110);
     let s = dev.ring_stats(0).unwrap();
@@ -71,8 +69,8 @@ fn the_retry_is_bounded_and_the_ring_is_usable_afterwards() {
     // Let the reset finish, then the ring works.
     tb.platform.advance_us(1_000_000 * 1000);
     assert!(!emu.nc_reset_in_progress(0));
-    w.copy(dev).unwrap();
-    w.verify(emu, "after the bounded retry");
+    w.copy_all().unwrap();
+    w.verify("after the bounded retry", true).unwrap();
 }
 
 #[test]
@@ -84,11 +82,11 @@ fn a_hang_outside_any_reset_window_is_not_retried() {
     assert!(!emu.nc_reset_in_progress(0));
     let (eng, qid) = dev.h2t_queue(0).unwrap();
     emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
-    let w = Windows::new(dev, emu, Dir::H2D, 4096, 0, 6);
-    assert!(matches!(w.copy(dev), Err(NdmaError::Timeout { .. })));
+    let w = Window::new(dev, emu, Dir::H2d, 4096, 0, 6).unwrap();
+    assert!(matches!(w.copy_all(), Err(NdmaError::Timeout { .. })));
     assert_eq!(dev.ring_stats(0).unwrap().retries, 0);
-    w.copy(dev).unwrap();
-    w.verify(emu, "after a plain hang");
+    w.copy_all().unwrap();
+    w.verify("after a plain hang", true).unwrap();
 }
 
 #[test]
@@ -97,25 +95,25 @@ fn v3_has_no_reset_bug_and_never_retries() {
     let (dev, emu) = tb.device(0);
     // A reset in progress does not hang V3 queues.
     assert!(emu.reset_nc(0, 1000));
-    let w = Windows::new(dev, emu, Dir::H2D, 100_000, 0, 7);
-    w.copy(dev).unwrap();
-    w.verify(emu, "v3 during a reset");
+    let w = Window::new(dev, emu, Dir::H2d, 100_000, 0, 7).unwrap();
+    w.copy_all().unwrap();
+    w.verify("v3 during a reset", true).unwrap();
     // A hang inside the window times out without a retry: V3 has no retry flag.
     let (eng, qid) = dev.h2t_queue(0).unwrap();
     emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
     let t0 = tb.platform.jiffies();
-    assert!(matches!(w.copy(dev), Err(NdmaError::Timeout { .. })));
+    assert!(matches!(w.copy_all(), Err(NdmaError::Timeout { .. })));
     assert!(tb.platform.jiffies() > t0);
     assert_eq!(dev.ring_stats(0).unwrap().retries, 0);
-    w.copy(dev).unwrap();
+    w.copy_all().unwrap();
 }
 
 #[test]
 fn pipelines_survive_a_reset() {
     let tb = fake(Arch::V2);
     let (dev, emu) = tb.device(0);
-    let ws: Vec<Windows> =
-        (0..6).map(|i| Windows::new(dev, emu, DIRS[i % 4], 30_000 + i as u64, 0, 10 + i as u64)).collect();
+    let ws: Vec<Window> =
+        (0..6).map(|i| Window::new(dev, emu, Dir::ALL[i % 4], 30_000 + i as u64, 0, 10 + i as u64).unwrap()).collect();
     let mut p = AsyncPipeline::new(dev);
     for (i, w) in ws.iter().enumerate() {
         if i == 2 {
@@ -125,7 +123,7 @@ fn pipelines_survive_a_reset() {
     }
     p.finish().unwrap();
     for (i, w) in ws.iter().enumerate() {
-        w.verify(emu, &format!("pipeline copy {i}"));
+        w.verify(&format!("pipeline copy {i}"), true).unwrap();
     }
     // Copy 2 rang its doorbell inside the 20 ms reset and hung; submitting copy 3 staged it behind copy 2 and
     // waited for copy 2 with the async budget (≈ 40 ms on V2), which outlasts the reset: one timeout, one

@@ -12,12 +12,10 @@
 //! Inline engines on the fake clock, so each case is only the copying; the case count is modest because a
 //! multi-batch case moves a few hundred MiB.
 
-mod common;
-
 use std::cell::RefCell;
 
-use common::*;
 use ndma::{MemChunk, NeuronDevice, H2T_RING_SIZE, MAX_BATCH_BYTES, SYNC_THRESHOLD};
+use ndma_emu::test_utils::*;
 use ndma_emu::{ClockKind, EmuDevice, ExecPolicy, OrderingMode, Testbed};
 use proptest::prelude::*;
 use udma::{Arch, Desc, MAX_DMA_DESC_SIZE};
@@ -96,11 +94,11 @@ fn check(beds: &RefCell<[Option<Testbed>; 2]>, c: Case) {
     let (dev, emu) = tb.device(0);
     let what = format!("{c:?}");
 
-    let src = alloc(dev, c.dir.src_host(), c.src_off + c.size + AFTER, c.nc);
-    let dst = alloc(dev, c.dir.dst_host(), c.dst_off + c.size + AFTER, c.nc);
-    let src_bytes = pattern((c.src_off + c.size + AFTER) as usize, c.seed);
-    put(emu, &src, 0, &src_bytes);
-    put(emu, &dst, 0, &vec![DST_FILL; (c.dst_off + c.size + AFTER) as usize]);
+    let src = alloc(dev, c.dir.src_host(), c.src_off + c.size + AFTER, c.nc).unwrap();
+    let dst = alloc(dev, c.dir.dst_host(), c.dst_off + c.size + AFTER, c.nc).unwrap();
+    let src_bytes = pattern(c.seed, 0, (c.src_off + c.size + AFTER) as usize);
+    write_chunk(emu, &src, 0, &src_bytes).unwrap();
+    write_chunk(emu, &dst, 0, &vec![DST_FILL; (c.dst_off + c.size + AFTER) as usize]).unwrap();
     let (eng, _) = dev.h2t_queue(c.nc).unwrap();
     let first_slot = dev.ring_descriptors(c.nc).unwrap().len();
     let ring_before = dev.ring_stats(c.nc).unwrap();
@@ -173,8 +171,8 @@ fn check_descriptors(dev: &NeuronDevice, staged: &[(Desc, Desc)], src: &MemChunk
 }
 
 fn check_bytes(emu: &EmuDevice, src: &MemChunk, dst: &MemChunk, src_bytes: &[u8], c: Case, what: &str) {
-    assert!(get(emu, src, 0, src_bytes.len() as u64) == src_bytes, "{what}: source changed");
-    let d = get(emu, dst, 0, c.dst_off + c.size + AFTER);
+    assert!(read_vec(emu, src, 0, src_bytes.len() as u64).unwrap() == src_bytes, "{what}: source changed");
+    let d = read_vec(emu, dst, 0, c.dst_off + c.size + AFTER).unwrap();
     let (o, s, so) = (c.dst_off as usize, c.size as usize, c.src_off as usize);
     assert!(d[..o].iter().all(|&b| b == DST_FILL), "{what}: bytes before the destination window changed");
     assert!(d[o + s..].iter().all(|&b| b == DST_FILL), "{what}: bytes after the destination window changed");
@@ -184,7 +182,7 @@ fn check_bytes(emu: &EmuDevice, src: &MemChunk, dst: &MemChunk, src_bytes: &[u8]
 }
 
 fn dir() -> impl Strategy<Value = Dir> {
-    prop::sample::select(DIRS.to_vec())
+    prop::sample::select(Dir::ALL.to_vec())
 }
 
 /// `base + delta`, never negative.
@@ -237,7 +235,7 @@ fn the_batch_boundary_exactly() {
         let arch = Arch::ALL[i % 2];
         let c = Case {
             arch,
-            dir: DIRS[i % 4],
+            dir: Dir::ALL[i % 4],
             nc: 0,
             size,
             src_off: 4096 + i as u64,

@@ -2,13 +2,11 @@
 //! both directions over every placement, the per-arch barrier and the run coalescing pinned by exact
 //! descriptors, the gates, pin failures, async completions and the leak check that ends every test.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
 use ndma::zerocopy::{calc_pin_size, CqConsumer, CqEntry, NEURON_DMA_H2T_DEFAULT_QID};
 use ndma::{BatchOp, MemChunk, NdmaError, NeuronDevice, PAGE_SIZE};
+use ndma_emu::test_utils::*;
 use ndma_emu::{AddressSpace, ClockKind, ExecPolicy, MapSpec, OrderingMode, PinFault, PinPath, Placement, Testbed};
 use udma::{Arch, Barrier, Desc};
 
@@ -88,15 +86,15 @@ fn transfer(z: &Zc, to_device: bool, placement: Placement, offset: u64, size: u6
     let pages = user_len.div_ceil(PAGE) as usize;
     let va = z.map(pages, placement);
     let window = va + PAGE + offset;
-    let mc = alloc(dev, false, size + 2 * GUARD, 0);
-    let user_bytes = pattern(user_len as usize, seed);
-    let dev_bytes = pattern((size + 2 * GUARD) as usize, seed ^ 0xdead);
+    let mc = alloc(dev, false, size + 2 * GUARD, 0).unwrap();
+    let user_bytes = pattern(seed, 0, user_len as usize);
+    let dev_bytes = pattern(seed ^ 0xdead, 0, (size + 2 * GUARD) as usize);
     if to_device {
         z.mm.write(va, &user_bytes).unwrap();
-        put(emu, &mc, 0, &vec![DST_FILL; (size + 2 * GUARD) as usize]);
+        write_chunk(emu, &mc, 0, &vec![DST_FILL; (size + 2 * GUARD) as usize]).unwrap();
     } else {
         z.mm.fill(va, user_len, DST_FILL).unwrap();
-        put(emu, &mc, 0, &dev_bytes);
+        write_chunk(emu, &mc, 0, &dev_bytes).unwrap();
     }
     let before = dev.ring_stats(0).unwrap();
     let op = BatchOp { offset: GUARD, size, buffer: window };
@@ -106,7 +104,7 @@ fn transfer(z: &Zc, to_device: bool, placement: Placement, offset: u64, size: u6
     assert_eq!(st.zc_pieces, pieces(size, offset), "{what}: pieces");
     let mut user_now = vec![0u8; user_len as usize];
     z.mm.read(va, &mut user_now).unwrap();
-    let dev_now = get(emu, &mc, 0, size + 2 * GUARD);
+    let dev_now = read_vec(emu, &mc, 0, size + 2 * GUARD).unwrap();
     let (g, s, o) = (GUARD as usize, size as usize, (PAGE + offset) as usize);
     if to_device {
         assert!(user_now == user_bytes, "{what}: the user buffer changed");
@@ -157,7 +155,7 @@ fn sixteen_mib_in_both_directions_threaded() {
 fn the_gates_refuse_before_anything_is_queued() {
     let z = Zc::new(Arch::V2, ExecPolicy::Inline);
     let dev = z.dev();
-    let mc = alloc(dev, false, 8192, 0);
+    let mc = alloc(dev, false, 8192, 0).unwrap();
     let va = z.map(2, Placement::Contiguous);
     let op = [BatchOp { offset: 0, size: 8192, buffer: va }];
     let submit = |nc, qid, seq| dev.zerocopy_submit(nc, &op, &mc, 0, qid, true, seq, 0);
@@ -196,7 +194,7 @@ fn runs_coalesce_and_the_barrier_sits_where_the_arch_needs_it() {
             let va = z.map(20, Placement::Runs { k: 3, seed: 5 });
             let frames: Vec<u64> = z.mm.frames_of(va, 20).into_iter().map(|f| f.unwrap()).collect();
             let size = 16 * PAGE;
-            let mc = alloc(dev, false, size, 0);
+            let mc = alloc(dev, false, size, 0).unwrap();
             let op = BatchOp { offset: 0, size, buffer: va + 100 };
             dev.zerocopy_submit(0, &[op], &mc, 0, -1, to_device, 0, 0).unwrap();
             let pairs = staged(dev);
@@ -247,7 +245,7 @@ fn only_the_last_piece_of_a_write_carries_the_barrier() {
         let dev = z.dev();
         let size = 600 << 10; // three pieces of 256 KiB, 256 KiB, 88 KiB
         let va = z.map((size / PAGE) as usize, Placement::Contiguous);
-        let mc = alloc(dev, false, size, 0);
+        let mc = alloc(dev, false, size, 0).unwrap();
         dev.zerocopy_submit(0, &[BatchOp { offset: 0, size, buffer: va }], &mc, 0, -1, true, 0, 0).unwrap();
         let pairs = staged(dev);
         let markers: Vec<usize> =
@@ -272,7 +270,7 @@ fn a_hole_fails_the_request_and_releases_every_pin() {
     // 200 pages with a hole at page 150: pieces 0..=1 pin fine; the third piece's pin is partial (-ENOMEM);
     // a request starting at the hole cannot pin its first page (-EFAULT).
     let va = z.mm.map(&MapSpec::new(200, Placement::Contiguous).holes([150])).unwrap();
-    let mc = alloc(dev, false, 200 * PAGE, 0);
+    let mc = alloc(dev, false, 200 * PAGE, 0).unwrap();
     let op = BatchOp { offset: 0, size: 200 * PAGE, buffer: va };
     let err = dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap_err();
     assert_eq!(err, NdmaError::Pin { va: va + 150 * PAGE, errno: -12 }, "a partial pin is -ENOMEM");
@@ -292,7 +290,7 @@ fn a_short_fast_pin_falls_back_to_the_slow_path_and_a_failed_pin_is_its_errno() 
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
     let dev = z.dev();
     let va = z.map(64, Placement::Scattered { seed: 1 });
-    let mc = alloc(dev, false, 64 * PAGE, 0);
+    let mc = alloc(dev, false, 64 * PAGE, 0).unwrap();
     let op = [BatchOp { offset: 0, size: 64 * PAGE, buffer: va }];
     z.mm.pin_faults().add(PinFault::Short { nth: 0, pages: 10 });
     dev.zerocopy_submit(0, &op, &mc, 0, -1, false, 0, 0).unwrap();
@@ -332,9 +330,9 @@ fn async_requests_complete_exactly_once_in_order_with_their_results() {
     let n = 40u64;
     let size = 300_000u64;
     let va = z.map((n * size).div_ceil(PAGE) as usize + 1, Placement::Runs { k: 4, seed: 2 });
-    let data = pattern((n * size) as usize, 77);
+    let data = pattern(77, 0, (n * size) as usize);
     z.mm.write(va, &data).unwrap();
-    let mc = alloc(dev, false, n * size, 0);
+    let mc = alloc(dev, false, n * size, 0).unwrap();
     for i in 0..n {
         let op = BatchOp { offset: i * size, size, buffer: va + i * size };
         let seq = 1000 + i;
@@ -360,7 +358,7 @@ fn async_requests_complete_exactly_once_in_order_with_their_results() {
         .collect();
     assert_eq!(got, expect);
     assert_eq!(cq.pop(), None, "exactly one completion per accepted request");
-    let back = get(emu, &mc, 0, n * size);
+    let back = read_vec(emu, &mc, 0, n * size).unwrap();
     for i in (0..n).filter(|&i| i != 17) {
         let r = (i * size) as usize..((i + 1) * size) as usize;
         assert!(back[r.clone()] == data[r], "request {i}");
@@ -376,7 +374,7 @@ fn an_async_hang_fails_its_request_and_the_next_ones_complete() {
     let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
     let va = z.map(32, Placement::Scattered { seed: 4 });
     z.mm.fill(va, 32 * PAGE, 0x5a).unwrap();
-    let mc = alloc(dev, false, 32 * PAGE, 0);
+    let mc = alloc(dev, false, 32 * PAGE, 0).unwrap();
     z.emu().fault_plan().add(ndma_emu::PlannedFault::Hang { engine: eng, qid, persistent: false });
     for seq in 1..=3u64 {
         let op = BatchOp { offset: (seq - 1) * 8 * PAGE, size: 8 * PAGE, buffer: va + (seq - 1) * 8 * PAGE };
@@ -389,7 +387,7 @@ fn an_async_hang_fails_its_request_and_the_next_ones_complete() {
         got[1..],
         [CqEntry { sequence_num: 2, compl_ret: 0, context: 0 }, CqEntry { sequence_num: 3, compl_ret: 0, context: 0 }]
     );
-    let back = get(z.emu(), &mc, 8 * PAGE, 16 * PAGE);
+    let back = read_vec(z.emu(), &mc, 8 * PAGE, 16 * PAGE).unwrap();
     assert!(back.iter().all(|&b| b == 0x5a), "the requests behind it were re-issued and landed");
     z.assert_no_leaks("async hang");
 }
@@ -402,7 +400,7 @@ fn deferred_pieces_of_an_exited_process_complete_with_an_error_and_free_their_pi
     // No pin budget: every async piece is queued unpinned, holding the captured address space.
     dev.set_zerocopy_pin_budget(0);
     let va = z.map(256, Placement::Contiguous);
-    let mc = alloc(dev, false, 256 * PAGE, 0);
+    let mc = alloc(dev, false, 256 * PAGE, 0).unwrap();
     for seq in 1..=3u64 {
         let op = BatchOp { offset: (seq - 1) * 64 * PAGE, size: 64 * PAGE, buffer: va + (seq - 1) * 64 * PAGE };
         dev.zerocopy_submit(0, &[op], &mc, 0, -1, false, seq, seq).unwrap();
@@ -427,12 +425,12 @@ fn the_pin_budget_holds_and_deferred_pieces_are_pinned_remotely() {
     let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
     dev.set_zerocopy_pin_budget(128);
     let va = z.map(1024, Placement::Scattered { seed: 12 });
-    z.mm.write(va, &pattern(1024 * PAGE as usize, 21)).unwrap();
-    let mc = alloc(dev, false, 1024 * PAGE, 0);
+    z.mm.write(va, &pattern(21, 0, 1024 * PAGE as usize)).unwrap();
+    let mc = alloc(dev, false, 1024 * PAGE, 0).unwrap();
     let op = BatchOp { offset: 0, size: 1024 * PAGE, buffer: va };
     dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 77, 0).unwrap();
     assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 77, compl_ret: 0, context: 0 }]);
-    assert!(get(z.emu(), &mc, 0, 1024 * PAGE) == pattern(1024 * PAGE as usize, 21));
+    assert!(read_vec(z.emu(), &mc, 0, 1024 * PAGE).unwrap() == pattern(21, 0, 1024 * PAGE as usize));
     let s = dev.zerocopy_status(0).unwrap();
     assert!(s.peak_pinned_pages <= 128, "{s:?}");
     assert!(z.mm.pin_stats().remote_calls > 0, "pieces over the budget were pinned by the completion thread");
@@ -445,7 +443,7 @@ fn a_full_completion_queue_holds_completions_back_without_losing_one() {
     let dev = z.dev();
     let chunk = dev.completion_queue(0).unwrap();
     let va = z.map(1, Placement::Contiguous);
-    let mc = alloc(dev, false, PAGE, 0);
+    let mc = alloc(dev, false, PAGE, 0).unwrap();
     let n = 1100u64;
     let mut busy = 0u64;
     for seq in 1..=n {
@@ -486,7 +484,7 @@ fn consumers_on_several_threads_take_every_completion_once() {
     let dev = z.dev();
     let chunk = dev.completion_queue(0).unwrap();
     let va = z.map(4, Placement::Contiguous);
-    let mc = alloc(dev, false, 4 * PAGE, 0);
+    let mc = alloc(dev, false, 4 * PAGE, 0).unwrap();
     let n = 600u64;
     let taken = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -530,7 +528,7 @@ fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
     let dev = z.dev();
     let pages = 300;
     let va = z.map(pages, Placement::Runs { k: 7, seed: 3 });
-    let mc = alloc(dev, false, pages as u64 * PAGE, 0);
+    let mc = alloc(dev, false, pages as u64 * PAGE, 0).unwrap();
     assert_eq!(z.tb.system.pin_host_memory(va + 10, pages as u64 * PAGE - 10), Ok(None), "not contiguous");
     assert_eq!(
         z.tb.system.pin_host_memory(va + PAGE, 10),
@@ -541,7 +539,7 @@ fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
         z.mm.fill(va, pages as u64 * PAGE, round).unwrap();
         let op = BatchOp { offset: 0, size: pages as u64 * PAGE - 20, buffer: va + 10 };
         dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap();
-        let back = get(z.emu(), &mc, 0, pages as u64 * PAGE - 20);
+        let back = read_vec(z.emu(), &mc, 0, pages as u64 * PAGE - 20).unwrap();
         assert!(back.iter().all(|&b| b == round), "round {round}");
     }
     let s = z.mm.pin_stats();
@@ -558,7 +556,7 @@ fn a_sync_hang_times_out_after_exactly_the_async_budget() {
     let dev = z.dev();
     let (eng, qid) = dev.h2t_queue(0).unwrap();
     let va = z.map(2, Placement::Scattered { seed: 9 });
-    let mc = alloc(dev, false, 2 * PAGE, 0);
+    let mc = alloc(dev, false, 2 * PAGE, 0).unwrap();
     z.emu().fault_plan().add(ndma_emu::PlannedFault::Hang { engine: eng, qid, persistent: false });
     let t0 = ndma::Platform::now_us(&*z.tb.platform);
     let op = [BatchOp { offset: 0, size: 2 * PAGE, buffer: va }];
@@ -578,18 +576,18 @@ fn async_zero_copy_and_classic_copies_share_a_ring() {
     let (dev, emu) = (z.dev(), z.emu());
     let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
     let va = z.map(64, Placement::Scattered { seed: 8 });
-    z.mm.write(va, &pattern(64 * PAGE as usize, 5)).unwrap();
-    let zc_mc: Arc<MemChunk> = alloc(dev, false, 64 * PAGE, 0);
-    let w = Windows::new(dev, emu, Dir::H2D, 1 << 20, 0, 6);
+    z.mm.write(va, &pattern(5, 0, 64 * PAGE as usize)).unwrap();
+    let zc_mc: Arc<MemChunk> = alloc(dev, false, 64 * PAGE, 0).unwrap();
+    let w = Window::new(dev, emu, Dir::H2d, 1 << 20, 0, 6).unwrap();
     for seq in 1..=20u64 {
         let op = BatchOp { offset: 0, size: 64 * PAGE, buffer: va };
         dev.zerocopy_submit(0, &[op], &zc_mc, 0, -1, true, seq, 0).unwrap();
-        w.copy(dev).unwrap();
+        w.copy_all().unwrap();
     }
     let got = take(&cq, 20);
     assert!(got.iter().enumerate().all(|(i, e)| e.sequence_num == i as u64 + 1 && e.compl_ret == 0));
-    w.verify(emu, "classic copies between zero-copy requests");
-    assert!(get(emu, &zc_mc, 0, 64 * PAGE) == pattern(64 * PAGE as usize, 5));
+    w.verify("classic copies between zero-copy requests", true).unwrap();
+    assert!(read_vec(emu, &zc_mc, 0, 64 * PAGE).unwrap() == pattern(5, 0, 64 * PAGE as usize));
     z.assert_no_leaks("shared ring");
 }
 
@@ -599,7 +597,7 @@ fn dropping_the_device_with_pieces_that_cannot_move_releases_them() {
     let dev = z.dev();
     dev.set_zerocopy_pin_budget(0);
     let va = z.map(64, Placement::Contiguous);
-    let mc = alloc(dev, false, 64 * PAGE, 0);
+    let mc = alloc(dev, false, 64 * PAGE, 0).unwrap();
     for seq in 1..=3u64 {
         dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: 64 * PAGE, buffer: va }], &mc, 0, -1, true, seq, 0)
             .unwrap();

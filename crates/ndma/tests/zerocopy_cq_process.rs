@@ -2,16 +2,14 @@
 //! re-executed to run only `cq_peer`) maps the queue's host memory by memfd + offset and takes every
 //! completion of async requests the parent submits while it runs.
 
-mod common;
-
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::alloc;
 use ndma::zerocopy::{CqConsumer, NDMA_H2D_COMPL_QUEUE_SIZE};
 use ndma::{BatchOp, PAGE_SIZE};
+use ndma_emu::test_utils::alloc;
 use ndma_emu::{AddressSpace, ExecPolicy, MapSpec, OrderingMode, Placement, SharedMapping};
 use udma::{Arch, DmaMemory};
 
@@ -21,7 +19,8 @@ const REQUESTS: u64 = 300;
 
 #[test]
 fn a_second_process_takes_every_completion_in_order() {
-    let tb = common::testbed(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed, ndma_emu::ClockKind::Real);
+    let tb =
+        ndma_emu::test_utils::testbed(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed, ndma_emu::ClockKind::Real);
     let dev = &tb.system.devices()[0];
     let chunk = dev.completion_queue(0).unwrap();
     let buf = chunk.host_buf().unwrap();
@@ -48,7 +47,7 @@ fn a_second_process_takes_every_completion_in_order() {
     let mm = AddressSpace::new(tb.emu.host(), 77);
     let _enter = mm.enter();
     let va = mm.map(&MapSpec::new(8, Placement::Scattered { seed: 1 })).unwrap();
-    let mc: Arc<ndma::MemChunk> = alloc(dev, false, 8 * PAGE_SIZE, 0);
+    let mc: Arc<ndma::MemChunk> = alloc(dev, false, 8 * PAGE_SIZE, 0).unwrap();
     for seq in 1..=REQUESTS {
         let op = BatchOp { offset: 0, size: 8 * PAGE_SIZE, buffer: va };
         dev.zerocopy_submit(0, &[op], &mc, 0, -1, seq % 2 == 1, seq, seq * 10).unwrap();

@@ -10,12 +10,13 @@ use ndma_emu::ExecPolicy;
 use serde::Serialize;
 
 use crate::cli::CopyArgs;
+use crate::cli::{testbed, BedOpts};
 use crate::error::{CliError, CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, Dir, Window, GUARD};
 use crate::util::report::{counters_table, timed_with_progress, Counters, EngineCounters};
 use crate::util::size::fmt_size;
 use crate::util::table::fmt_gbps;
 use crate::util::timing::gbps;
+use ndma_emu::test_utils::{Dir, Window, GUARD};
 
 /// The `--json` schema, shown by `ndma copy --help` (the README has the same).
 pub const JSON_SCHEMA: &str = "\

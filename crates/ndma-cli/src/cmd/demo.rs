@@ -10,8 +10,8 @@ use ndma_emu::{AddressSpace, ExecPolicy};
 use serde::Serialize;
 
 use crate::cli::DemoArgs;
+use crate::cli::{testbed, BedOpts};
 use crate::error::{CliError, CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, Dir};
 use crate::util::measure::{Measured, Rig};
 use crate::util::output::Out;
 use crate::util::size::fmt_size;
@@ -19,6 +19,7 @@ use crate::util::table::{fmt_gbps, fmt_ratio, Table};
 use crate::util::timing::{gbps, Plan};
 use crate::util::user::{Layout, Process, UserDir, UserWindow};
 use crate::util::zc::{enable_override, Leaks};
+use ndma_emu::test_utils::Dir;
 
 /// Copy sizes of the tour.
 pub const COPY_SIZES: [u64; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];

@@ -22,12 +22,13 @@ use ndma_emu::{ExecPolicy, PlannedFault};
 use serde::Serialize;
 use udma::Arch;
 
+use crate::cli::{testbed, BedOpts};
 use crate::cli::{FaultScenario, FaultsArgs};
 use crate::cmd::inspect::state::RingStateJson;
 use crate::error::{errno_name, CliError, CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, Dir, Window};
 use crate::util::output::Out;
 use crate::util::report::Counters;
+use ndma_emu::test_utils::{Dir, Window};
 
 /// Bytes each scenario copies (several descriptors, one batch).
 const COPY_BYTES: u64 = 200_000;

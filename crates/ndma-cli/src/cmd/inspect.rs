@@ -17,12 +17,13 @@ use serde::Serialize;
 use udma::{Arch, Desc};
 
 use crate::cli::InspectArgs;
+use crate::cli::{testbed, BedOpts};
 use crate::error::{CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, Window, GUARD};
 use crate::util::output::Out;
 use crate::util::report::Counters;
 use crate::util::size::fmt_size;
 use crate::util::table::Table;
+use ndma_emu::test_utils::{Window, GUARD};
 
 /// The `--json` schema, shown by `ndma inspect --help` (the README has the same).
 pub const JSON_SCHEMA: &str = "\

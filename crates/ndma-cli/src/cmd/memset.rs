@@ -7,13 +7,13 @@ use ndma_emu::ExecPolicy;
 use serde::Serialize;
 
 use crate::cli::MemsetArgs;
+use crate::cli::{testbed, BedOpts};
 use crate::error::{CliError, CliResult, OpContext};
-use crate::util::bed::{alloc, testbed, BedOpts, GUARD};
-use crate::util::pattern::{fill_chunk, verify_chunk, Expect};
 use crate::util::report::{counters_table, Counters, EngineCounters};
 use crate::util::size::fmt_size;
 use crate::util::table::fmt_gbps;
 use crate::util::timing::gbps;
+use ndma_emu::test_utils::{alloc, fill_chunk, verify_chunk, Expect, GUARD};
 
 /// The `--json` schema, shown by `ndma memset --help` (the README has the same).
 pub const JSON_SCHEMA: &str = "\

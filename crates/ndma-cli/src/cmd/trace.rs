@@ -8,9 +8,10 @@ use ndma::{AsyncPipeline, Transfer};
 use ndma_emu::ExecPolicy;
 
 use crate::cli::TraceArgs;
+use crate::cli::{testbed, BedOpts};
 use crate::error::{CliError, CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, Window, GUARD};
 use crate::util::timeline::{chrome_trace, installed};
+use ndma_emu::test_utils::{Window, GUARD};
 
 /// Runs `ndma trace`.
 ///

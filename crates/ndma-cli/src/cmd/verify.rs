@@ -104,6 +104,7 @@ pub struct VerifyArgs {
     /// Re-run exactly operation K of the seed's campaign and report it.
     #[arg(long, value_name = "K")]
     pub replay: Option<u64>,
+    /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
 }

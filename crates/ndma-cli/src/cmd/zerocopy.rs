@@ -16,8 +16,8 @@ use ndma_emu::{ExecPolicy, Testbed};
 use serde::Serialize;
 
 use crate::cli::ZerocopyArgs;
+use crate::cli::{testbed, BedOpts};
 use crate::error::{CliError, CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, GUARD};
 use crate::util::output::Out;
 use crate::util::report::Counters;
 use crate::util::size::fmt_size;
@@ -28,6 +28,7 @@ use crate::util::zc::{
     context_of, enable_override, expect_cqes, plan_request, submit_async, take_cqes, wait_status, Cqe, Leaks, Piece,
     Pins, PlanTotals, QUEUE_USABLE,
 };
+use ndma_emu::test_utils::GUARD;
 
 /// The pid of the user process the command runs as.
 const PID: u32 = 4242;

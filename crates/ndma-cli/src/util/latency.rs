@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::bed::Window;
 use crate::error::{CliResult, OpContext};
+use ndma_emu::test_utils::Window;
 
 /// Median and 99th percentile of a set of timed operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

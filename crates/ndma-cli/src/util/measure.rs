@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 use ndma::{AsyncPipeline, NeuronDevice, StatsSnapshot, Transfer};
 use ndma_emu::EmuDevice;
 
-use super::bed::{alloc, Dir, Window, GUARD};
-use super::pattern::{fill_chunk, verify_chunk, Expect};
 use super::timing::{Baseline, Plan, Samples};
 use crate::error::{CliResult, OpContext};
+use ndma_emu::test_utils::{alloc, fill_chunk, verify_chunk, Dir, Expect, Window, GUARD};
 
 /// Timings of one case.
 #[derive(Debug, Clone, Copy)]

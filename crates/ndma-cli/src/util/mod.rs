@@ -1,11 +1,9 @@
 //! Helpers shared by the commands.
 
-pub mod bed;
 pub mod idle_cpu;
 pub mod latency;
 pub mod measure;
 pub mod output;
-pub mod pattern;
 pub mod pingpong;
 pub mod plot;
 pub mod report;

@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 use ndma::{MemChunk, NeuronDevice};
 use ndma_emu::{EmuDevice, Testbed};
 
-use super::bed::{alloc, DST_FILL};
-use super::pattern::{fill_chunk, verify_chunk, write_pattern, Expect};
 use super::timing::{Baseline, Samples};
 use crate::error::{CliResult, OpContext};
+use ndma_emu::test_utils::{alloc, fill_chunk, verify_chunk, write_pattern, Expect, DST_FILL};
 
 /// One NC's share: its device, a host source chunk and a device destination chunk on its ring, and its
 /// own memcpy buffers.

@@ -15,9 +15,8 @@ use ndma::{BatchOp, MemChunk, NeuronDevice, PAGE_SIZE};
 use ndma_emu::user::EnterGuard;
 use ndma_emu::{AddressSpace, EmuDevice, HostMemory, MapSpec, MmError, Placement};
 
-use super::bed::{alloc, DST_FILL, GUARD};
-use super::pattern::{fill_chunk, fill_pattern, read_chunk, write_pattern};
 use crate::error::{CliError, CliResult};
+use ndma_emu::test_utils::{alloc, fill_chunk, fill_pattern, read_chunk, write_pattern, DST_FILL, GUARD};
 
 /// Block size of user-memory I/O.
 const BLOCK: u64 = 1 << 20;
@@ -281,7 +280,7 @@ impl UserWindow {
     /// Back-door and user-memory write failures.
     pub fn reset_dst(&self, emu: &EmuDevice) -> CliResult {
         if self.to_device {
-            return fill_chunk(emu, &self.mc, 0, self.len + 2 * GUARD, DST_FILL);
+            return Ok(fill_chunk(emu, &self.mc, 0, self.len + 2 * GUARD, DST_FILL)?);
         }
         for r in self.user_segments(0..self.map_len) {
             self.mm
@@ -335,7 +334,7 @@ impl UserWindow {
         } else {
             let want = Want::Pattern { seed: self.seed, at: 0 };
             check(&format!("{what}: device chunk (source)"), 0, self.len + 2 * GUARD, want, |o, b| {
-                read_chunk(emu, &self.mc, o, b)
+                Ok(read_chunk(emu, &self.mc, o, b)?)
             })
         }
     }
@@ -349,7 +348,7 @@ impl UserWindow {
     pub fn verify_parts(&self, emu: &EmuDevice, what: &str, parts: impl IntoIterator<Item = Range<u64>>) -> CliResult {
         let (seed, len) = (self.seed, self.len);
         let user_window = GUARD + self.offset;
-        let dev = |off: u64, buf: &mut [u8]| read_chunk(emu, &self.mc, off, buf);
+        let dev = |off: u64, buf: &mut [u8]| Ok(read_chunk(emu, &self.mc, off, buf)?);
         let user = |off: u64, buf: &mut [u8]| self.read_user(off, buf);
         if self.to_device {
             for r in self.user_segments(0..self.map_len) {

@@ -22,10 +22,9 @@ use ndma::{AsyncPipeline, MemChunk, NeuronDevice, Transfer, PAGE_SIZE};
 use ndma_emu::user::EnterGuard;
 use ndma_emu::{AddressSpace, MapSpec, MemSpace, MmError, Placement, Testbed};
 
-use super::bed::{alloc, DST_FILL};
-use super::pattern::{fill_chunk, fill_pattern, verify_chunk, write_pattern, Expect};
 use super::timing::{Baseline, Plan, Samples};
 use crate::error::{CliError, CliResult, OpContext};
+use ndma_emu::test_utils::{alloc, fill_chunk, fill_pattern, verify_chunk, write_pattern, Expect, DST_FILL};
 
 /// Largest async zero-copy request (64 pieces of 64 pages).
 pub const ASYNC_REQUEST: u64 = 16 << 20;

@@ -9,7 +9,7 @@ use ndma_emu::EmuDevice;
 
 use super::pattern::Pattern;
 use crate::error::{CliError, CliResult, OpContext};
-use crate::util::pattern::{read_chunk, write_chunk};
+use ndma_emu::test_utils::{read_chunk, write_chunk};
 
 /// Guard bytes on each side of a window (before it: plus the window's unaligned offset).
 pub const GUARD: u64 = 4096;
@@ -77,7 +77,7 @@ impl Side {
 ///
 /// The back door's refusal.
 pub fn read(emu: &EmuDevice, mc: &MemChunk, off: u64, out: &mut [u8]) -> CliResult {
-    read_chunk(emu, mc, off, out)
+    Ok(read_chunk(emu, mc, off, out)?)
 }
 
 /// Writes `data` at `off` of `mc`.
@@ -86,7 +86,7 @@ pub fn read(emu: &EmuDevice, mc: &MemChunk, off: u64, out: &mut [u8]) -> CliResu
 ///
 /// The back door's refusal.
 pub fn write(emu: &EmuDevice, mc: &MemChunk, off: u64, data: &[u8]) -> CliResult {
-    write_chunk(emu, mc, off, data)
+    Ok(write_chunk(emu, mc, off, data)?)
 }
 
 thread_local! {

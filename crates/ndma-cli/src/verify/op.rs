@@ -9,7 +9,7 @@ use super::path::{self, PathKind};
 use super::plan;
 use super::rng::{op_rng, OpRng};
 use super::size;
-use crate::util::bed::Dir;
+use ndma_emu::test_utils::Dir;
 
 /// One transfer of an operation (an async chain has several; every other path one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

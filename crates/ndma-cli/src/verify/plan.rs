@@ -146,9 +146,9 @@ pub fn reaches_engine(spec: &OpSpec) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::util::bed::Dir;
     use crate::verify::op::Segment;
     use ndma::MAX_BATCH_BYTES;
+    use ndma_emu::test_utils::Dir;
 
     fn classic(size: u64) -> OpSpec {
         OpSpec {

@@ -13,7 +13,7 @@
 //! After any sequence of operations, successful or failed, no frame may stay pinned and no unpin may have
 //! hit a frame that was not pinned: [`FrameTable::leak_check`].
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::lock::lock;
@@ -128,7 +128,7 @@ pub(crate) enum Unpinned {
 /// The locked table.
 #[derive(Debug, Default)]
 pub(crate) struct Frames {
-    map: HashMap<u64, Frame>,
+    map: FxHashMap<u64, Frame>,
     pinned_frames: usize,
     pins: u64,
     bad_unpins: u64,

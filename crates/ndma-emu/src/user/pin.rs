@@ -128,18 +128,21 @@ impl AddressSpace {
         let mut table = self.host().frames().lock();
         let first = va / PAGE;
         pages.reserve(limit);
-        for i in 0..limit as u64 {
-            match st.ptes.get(&(first + i)) {
-                Some(pte) if pte.writable || !write => {
-                    table.pin(pte.pa);
-                    pages.push(pte.pa);
-                }
-                // A hole, or a write pin of a read-only page: stop here.
-                _ if i == 0 => return fail(va, -libc::EFAULT),
-                _ => return Ok(i as usize),
+        // One walk over the mapped pages of the range; it stops at a hole (a page number skipped) or at a write
+        // pin of a read-only page.
+        let mut got = 0u64;
+        for (&vpn, pte) in st.ptes.range(first..first + limit as u64) {
+            if vpn != first + got || (write && !pte.writable) {
+                break;
             }
+            table.pin(pte.pa);
+            pages.push(pte.pa);
+            got += 1;
         }
-        Ok(limit)
+        if got == 0 {
+            return fail(va, -libc::EFAULT);
+        }
+        Ok(got as usize)
     }
 }
 

@@ -14,10 +14,11 @@ use udma::Arch;
 
 use super::{rx_flags, tx_flags, words};
 use crate::cli::InspectArgs;
+use crate::cli::{testbed, BedOpts};
 use crate::error::{CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, Dir, Window, GUARD};
 use crate::util::output::Out;
 use crate::util::report::Counters;
+use ndma_emu::test_utils::{Dir, Window, GUARD};
 
 /// Bytes each copy of the scenario moves when `--size` is not given.
 pub const STATE_COPY_BYTES: u64 = 200_000;

@@ -17,14 +17,15 @@ use udma::{Barrier, Desc};
 
 use super::{is_marker, mem, rx_flags, tx_flags, words};
 use crate::cli::InspectArgs;
+use crate::cli::{testbed, BedOpts};
 use crate::error::{CliError, CliResult, OpContext};
-use crate::util::bed::{testbed, BedOpts, Dir, GUARD};
 use crate::util::output::Out;
 use crate::util::report::Counters;
 use crate::util::size::fmt_size;
 use crate::util::table::Table;
 use crate::util::user::{Process, UserDir, UserWindow};
 use crate::util::zc::{barrier_name, enable_override, Leaks};
+use ndma_emu::test_utils::{Dir, GUARD};
 
 /// Bytes of one full piece (64 pages).
 const PIECE_BYTES: u64 = ndma::zerocopy::NDMA_ZC_PAGES_PER_XFER * PAGE_SIZE;

@@ -8,8 +8,8 @@ use rand::RngExt;
 
 use super::{Bed, Drawn, Prepared, Ran};
 use crate::error::CliResult;
-use crate::util::bed::Dir;
 use crate::verify::op::{Detail, Draw, OpSpec};
+use ndma_emu::test_utils::Dir;
 
 pub(super) fn draw(d: &mut Draw<'_>, nc: u32) -> Drawn {
     let dir = Dir::ALL[d.rng.random_range(0..Dir::ALL.len())];

@@ -9,11 +9,11 @@ use rand::RngExt;
 
 use super::{patterns, Bed, Drawn, Prepared, Ran, SegmentMem};
 use crate::error::CliResult;
-use crate::util::bed::Dir;
 use crate::verify::buffers::Side;
 use crate::verify::op::{DescriptorDraw, Detail, Draw, OpSpec, Segment};
 use crate::verify::rng::op_rng;
 use crate::verify::size::draw_offset;
+use ndma_emu::test_utils::Dir;
 
 /// Largest descriptor buffer drawn (validation walks every descriptor).
 const MAX_BYTES: u64 = 4 << 20;

@@ -5,9 +5,9 @@ use rand::RngExt;
 
 use super::{patterns, Bed, Drawn, Prepared, Ran, SegmentMem};
 use crate::error::CliResult;
-use crate::util::bed::Dir;
 use crate::verify::buffers::Side;
 use crate::verify::op::{Detail, Draw, OpSpec, Segment};
+use ndma_emu::test_utils::Dir;
 
 pub(super) fn draw(d: &mut Draw<'_>, nc: u32) -> Drawn {
     let dir = if d.rng.random_bool(0.5) { Dir::H2d } else { Dir::H2h };

@@ -17,7 +17,7 @@ use super::op::{Detail, Draw, OpSpec, Segment};
 use super::pattern::Pattern;
 use super::rng::derive;
 use crate::error::CliResult;
-use crate::util::bed::Dir;
+use ndma_emu::test_utils::Dir;
 
 /// A path through the op layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
