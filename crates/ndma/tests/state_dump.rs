@@ -6,21 +6,12 @@ use std::sync::Arc;
 
 use ndma::zerocopy::{CqConsumer, CqEntry};
 use ndma::{BatchOp, CtxHandle, NdmaError, RingState, SlotRole, Transfer, PAGE_SIZE};
-use ndma_emu::{
-    AddressSpace, ClockKind, ExecPolicy, MapSpec, OrderingMode, Placement, PlannedFault, Testbed, TestbedConfig,
-};
+use ndma_emu::{AddressSpace, ClockKind, ExecPolicy, MapSpec, OrderingMode, Placement, PlannedFault, Testbed};
 use udma::{Arch, Barrier, UdmaState};
 
+/// The harness's test bed on a fake clock: timeouts take no wall time.
 fn bed(arch: Arch, exec: ExecPolicy) -> Testbed {
-    let instance = match arch {
-        Arch::V2 => ndma::Instance::TRN1_2XLARGE,
-        Arch::V3 => ndma::Instance { name: "trn2-1dev", arch: Arch::V3, devices: 1 },
-    };
-    let mut cfg = TestbedConfig::new(instance);
-    cfg.exec = exec;
-    cfg.ordering = OrderingMode::Adversarial;
-    cfg.clock = ClockKind::Fake;
-    Testbed::new(cfg).expect("testbed")
+    ndma_emu::test_utils::testbed(arch, exec, OrderingMode::Adversarial, ClockKind::Fake)
 }
 
 /// The slot `slot` of the snapshot's descriptor window.
