@@ -245,3 +245,26 @@ fn an_async_zero_copy_failure_leaves_its_snapshot_in_the_device() {
     assert_eq!(slot(&s, 0).rx.rx().dst, dev.mc_to_pa(&mc));
     assert!(diagnostics(&s).contains("hung by the fault plan"));
 }
+
+#[test]
+fn a_batch_longer_than_the_window_shows_the_slots_from_the_engines_head() {
+    let tb = bed(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let (src, dst) = (dev.alloc_host(1 << 20, 0).unwrap(), dev.alloc_device(1 << 20, 0).unwrap());
+    // 1 MiB: 16 data pairs and the marker. Hung at the start, the window is the batch's first 8 slots.
+    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let s = dev.memcpy_mc(&src, &dst, 0, 0, 1 << 20).unwrap_err().ring_state().cloned().expect("snapshot");
+    let roles: Vec<(u32, SlotRole)> = s.descriptors.iter().map(|d| (d.slot, d.role)).collect();
+    let mut want = vec![(0, SlotRole::Head)];
+    want.extend((1..8).map(|i| (i, SlotRole::Pending)));
+    assert_eq!(roles, want);
+    assert_eq!(slot(&s, 7).tx.tx().src, dev.mc_to_pa(&src) + 7 * 65536);
+    // The same batch with its marker lost: the engine ran all 17 pairs, the window holds the last 8, all done.
+    emu.fault_plan().add(PlannedFault::DropFinalWrite { engine: eng, qid });
+    let s = dev.memcpy_mc(&src, &dst, 0, 0, 1 << 20).unwrap_err().ring_state().cloned().expect("snapshot");
+    assert_eq!((s.tx.next_desc_idx, s.tx.next_cdesc_idx, s.tx.regs.head.slot), (17, 0, 17));
+    let roles: Vec<(u32, SlotRole)> = s.descriptors.iter().map(|d| (d.slot, d.role)).collect();
+    assert_eq!(roles, (9..17).map(|i| (i, SlotRole::Done)).collect::<Vec<_>>());
+    assert_eq!(slot(&s, 16).tx.tx().len_ctrl.len_bytes(), 4, "the marker, executed but its write lost");
+}
