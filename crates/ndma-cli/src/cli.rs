@@ -249,8 +249,9 @@ impl FaultScenario {
 #[derive(Debug, Args)]
 pub struct InspectArgs {
     /// Bytes to copy (e.g. 200000, 64K, 1M); with --zerocopy at most one piece: 256 KiB minus the page offset.
-    #[arg(long, value_parser = size_arg)]
-    pub size: u64,
+    /// Required, except with --state (default there: 200000).
+    #[arg(long, value_parser = size_arg, required_unless_present = "state")]
+    pub size: Option<u64>,
     /// NeuronCore whose chunks (and so whose H2T ring) the copy uses.
     #[arg(long, default_value_t = 0)]
     pub nc: u32,
@@ -270,6 +271,11 @@ pub struct InspectArgs {
     /// With --zerocopy: where the piece starts, in bytes past the start of a page (its page offset).
     #[arg(long, value_parser = size_arg, default_value = "0", value_name = "BYTES", requires = "zerocopy")]
     pub offset: u64,
+    /// Print the state of every H2T ring of the device (software cursors, the engine's registers, contexts,
+    /// counters, the descriptors around the cursors, what the model recorded) after a scripted scenario: two
+    /// verified copies of --size bytes on --nc's ring (--dir, then back), then an async copy left in flight.
+    #[arg(long, conflicts_with_all = ["zerocopy", "raw"])]
+    pub state: bool,
     /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,

@@ -34,7 +34,9 @@ use crate::bar0::{dir_index, engine_state, EngineRegs, PairState};
 use crate::bulk::Batch;
 use crate::copy::Copy;
 use crate::device::DeviceCore;
-use crate::faults::{CorruptField, CorruptOutcome, Corruption, CorruptionReport, DmaFault, FaultKind};
+use crate::faults::{
+    CorruptField, CorruptOutcome, Corruption, CorruptionReport, DmaFault, FaultKind, HangCause, QueueStop, StopKind,
+};
 use crate::handoff::WorkerSignal;
 use crate::lock::lock;
 use crate::ordering::{OrderingMode, PostedWrites};
@@ -110,6 +112,8 @@ pub(crate) struct Engine {
     pub(crate) signal: WorkerSignal,
     /// Written by the worker (and the doorbell counter by the CPU side, on its own line inside).
     pub(crate) stats: CacheAligned<EngineCounters>,
+    /// Per queue pair: the last time the engine stopped on it or lost one of its writes (a leaf lock).
+    stops: Mutex<[Option<QueueStop>; udma::DMA_MAX_Q as usize]>,
 }
 
 /// Keeps a value on cache lines of its own (two lines: adjacent-line prefetch pairs them), so writes from
@@ -201,7 +205,30 @@ impl Engine {
             regs: Mutex::new(EngineRegs::default()),
             signal: WorkerSignal::new(),
             stats: CacheAligned(EngineCounters::default()),
+            stops: Mutex::new([None; udma::DMA_MAX_Q as usize]),
         }
+    }
+
+    /// Records why the engine stopped on queue pair `qid` (or lost a write of it), with the descriptors at
+    /// the cursors as the ring holds them now.
+    fn record_stop(&self, dev: &DeviceCore, qid: usize, kind: StopKind, tx: &Cursor, rx: &Cursor) {
+        let stop = QueueStop {
+            engine: self.id,
+            qid: qid as u32,
+            kind,
+            m2s_head: tx.head,
+            s2m_head: rx.head,
+            tx: Self::fetch_desc(dev, tx).ok(),
+            rx: Self::fetch_desc(dev, rx).ok(),
+        };
+        if let Some(slot) = lock(&self.stops).get_mut(qid) {
+            *slot = Some(stop);
+        }
+    }
+
+    /// What [`Engine::record_stop`] last recorded for queue pair `qid` since its last `RST_Q`.
+    pub(crate) fn queue_stop(&self, qid: usize) -> Option<QueueStop> {
+        lock(&self.stops).get(qid).copied().flatten()
     }
 
     /// A doorbell: hand `count` more descriptors of ring `dir` of queue `qid` to the engine.
@@ -259,6 +286,7 @@ impl Engine {
         r.queues[qid][d].set(QueueReg::QSwCtrl, sw_ctrl.with_rst_q(false).into_bits());
         r.queues[qid][1 - d].status = 0;
         r.pairs[qid] = PairState::default();
+        lock(&self.stops)[qid] = None;
         dev.plan.on_queue_reset(self.id, qid as u32);
     }
 
@@ -464,11 +492,27 @@ impl Engine {
         if dev.resets.hangs(self.id, qid as u32) {
             tracing::debug!(engine = self.id, qid, "V2 queue hung: doorbell during a NeuronCore reset");
             r.pairs[qid].hung = true;
+            let [t, x] = r.queues[qid];
+            self.record_stop(
+                dev,
+                qid,
+                StopKind::Hung(HangCause::ResetWindow),
+                &Cursor::at_head(&t),
+                &Cursor::at_head(&x),
+            );
             return Pick::Hung;
         }
         if plan_active && dev.plan.take_hang(self.id, qid as u32) {
             tracing::debug!(engine = self.id, qid, "queue hung by the fault plan");
             r.pairs[qid].hung = true;
+            let [t, x] = r.queues[qid];
+            self.record_stop(
+                dev,
+                qid,
+                StopKind::Hung(HangCause::FaultPlan),
+                &Cursor::at_head(&t),
+                &Cursor::at_head(&x),
+            );
             return Pick::Hung;
         }
         let [t, x] = r.queues[qid];
@@ -552,6 +596,7 @@ impl Engine {
         if let Some(kind) = fault {
             tracing::warn!(engine = self.id, qid, ?kind, m2s_head = tx.head, s2m_head = rx.head, "queue halted");
             self.record(dev, DmaFault { engine: self.id, qid: qid as u32, kind, m2s_head: tx.head, s2m_head: rx.head });
+            self.record_stop(dev, qid, StopKind::Halted(kind), &tx, &rx);
         }
         if let Some(mut c) = corruption {
             c.outcome = fault.map_or(CorruptOutcome::Benign, CorruptOutcome::Fault);
@@ -586,12 +631,16 @@ impl Engine {
             *corruption = Some(self.corrupt(qid, c, (&mut td, tx), (&mut rd, rx)));
         }
         let (copy, t) = Self::check_pair(dev, &td, &rd, tx, rx)?;
+        let dropped = dev.plan.take_dropped_write(self.id, qid as u32, rx.head);
+        if dropped {
+            self.record_stop(dev, qid, StopKind::DroppedWrite, tx, rx);
+        }
         Ok(Op {
             copy,
             descs: 1,
             drain_before: (t.len_ctrl.dmb() && tx.dmb_pauses) || rd.len_ctrl().sow(),
             write_barrier: t.meta_ctrl.write_barrier(),
-            dropped: dev.plan.take_dropped_write(self.id, qid as u32, rx.head),
+            dropped,
         })
     }
 

@@ -110,6 +110,77 @@ pub struct DmaFault {
     pub s2m_head: u32,
 }
 
+/// Why the engine stopped making progress on a queue pair, as only the engine knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopKind {
+    /// The pair halted on a fault (also in the device's fault log); `status` shows its code.
+    Halted(FaultKind),
+    /// The pair hung: descriptors stay pending and nothing lands until `RST_Q`.
+    Hung(HangCause),
+    /// The write of the pair at the RX head was dropped (a lost posted write): the pair was consumed, the
+    /// queue did not halt.
+    DroppedWrite,
+}
+
+/// What hung a queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HangCause {
+    /// A V2 doorbell rang while the queue's NeuronCore was being reset.
+    ResetWindow,
+    /// The fault plan ([`PlannedFault::Hang`]).
+    FaultPlan,
+}
+
+/// The last time an engine stopped on (or lost a write of) a queue pair: the kind, the cursors and the
+/// descriptors at them, read from the ring as the engine saw it. Cleared by `RST_Q` of the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStop {
+    /// Engine id.
+    pub engine: u32,
+    /// Queue id.
+    pub qid: u32,
+    /// What happened.
+    pub kind: StopKind,
+    /// M2S (TX) slot the engine stopped on.
+    pub m2s_head: u32,
+    /// S2M (RX) slot the engine stopped on.
+    pub s2m_head: u32,
+    /// The TX descriptor in that slot, if the slot's address decoded to memory.
+    pub tx: Option<udma::Desc>,
+    /// The RX descriptor in that slot, if the slot's address decoded to memory.
+    pub rx: Option<udma::Desc>,
+}
+
+impl core::fmt::Display for StopKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            StopKind::Halted(kind) => write!(f, "halted: {kind}"),
+            StopKind::Hung(HangCause::ResetWindow) => f.write_str("hung: doorbell during a NeuronCore reset (V2)"),
+            StopKind::Hung(HangCause::FaultPlan) => f.write_str("hung by the fault plan"),
+            StopKind::DroppedWrite => f.write_str("dropped the write of a pair (lost posted write)"),
+        }
+    }
+}
+
+/// `engine E queue Q: <kind>; stopped at M2S slot m, S2M slot s` and one line per descriptor there.
+impl core::fmt::Display for QueueStop {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "engine {} queue {}: {}; at M2S slot {}, S2M slot {}",
+            self.engine, self.qid, self.kind, self.m2s_head, self.s2m_head
+        )?;
+        match self.tx {
+            Some(d) => write!(f, "\n  TX[{}] {}", self.m2s_head, d.tx())?,
+            None => write!(f, "\n  TX[{}] unreadable", self.m2s_head)?,
+        }
+        match self.rx {
+            Some(d) => write!(f, "\n  RX[{}] {}", self.s2m_head, d.rx()),
+            None => write!(f, "\n  RX[{}] unreadable", self.s2m_head),
+        }
+    }
+}
+
 /// A fault to inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlannedFault {

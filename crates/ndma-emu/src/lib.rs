@@ -60,6 +60,7 @@ pub use error::EmuError;
 pub use faults::{
     CorruptField, CorruptOutcome, CorruptionReport, DmaFault, FaultKind, FaultPlan, PlannedFault, QUEUE_STATUS_HALTED,
 };
+pub use faults::{HangCause, QueueStop, StopKind};
 pub use faults::{PinFault, PinFaultPlan, PinPath};
 pub use hbm::{HbmRange, DEFAULT_HBM_SIZE_V2, DEFAULT_HBM_SIZE_V3, HBM_BASE};
 pub use host::{HostBuf, HostMemory, DEFAULT_HOST_DRAM_SIZE, HOST_DRAM_BASE};

@@ -201,4 +201,12 @@ impl Platform for EmuPlatform {
     fn current_mm(&self) -> Option<Arc<dyn ndma::UserMm>> {
         crate::user::current_mm_on(&self.host)
     }
+
+    /// What the model recorded the last time the engine stopped on this queue pair (halted on a fault, hung,
+    /// or dropped a write) since its last `RST_Q`: [`crate::QueueStop`]'s text. `None` for a bare platform,
+    /// an unknown device, engine or queue, or a queue the engine never stopped on.
+    fn device_diagnostics(&self, device: u32, engine: u32, qid: u32) -> Option<String> {
+        let core = self.engines.as_ref()?.cores.iter().find(|c| c.index == device as usize)?;
+        core.engines.get(engine as usize)?.queue_stop(qid as usize).map(|s| s.to_string())
+    }
 }

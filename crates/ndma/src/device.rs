@@ -135,6 +135,8 @@ pub struct NeuronDevice {
     self_ref: OnceLock<Weak<NeuronDevice>>,
     /// Pages the zero-copy queues of this device may each hold pinned.
     pub(crate) zc_pin_budget: std::sync::atomic::AtomicU64,
+    /// The ring snapshot of the latest DMA failure ([`NeuronDevice::last_failure_state`]).
+    pub(crate) last_failure: Mutex<Option<Box<crate::RingState>>>,
 }
 
 impl NeuronDevice {
@@ -189,6 +191,7 @@ impl NeuronDevice {
             completion_thread: CompletionThread::default(),
             self_ref: OnceLock::new(),
             zc_pin_budget: std::sync::atomic::AtomicU64::new(crate::zerocopy::NDMA_CTX_QUEUE_MAX_PINNED_PAGES),
+            last_failure: Mutex::new(None),
         })
     }
 

@@ -2,6 +2,8 @@
 
 use udma::{errno, UdmaError};
 
+use crate::RingState;
+
 /// `ENODEV` (not an errno the HAL itself returns).
 const ENODEV: i32 = 19;
 
@@ -65,6 +67,9 @@ pub enum NdmaError {
         count: u32,
         /// Polls made.
         polls: u64,
+        /// The ring as it stood when the budget ran out, before recovery touched it
+        /// ([`NdmaError::ring_state`]).
+        state: RingSnapshot,
     },
     /// Host or device memory could not be allocated (`-ENOMEM`).
     #[error("out of {what} memory allocating {size} bytes")]
@@ -195,10 +200,65 @@ pub enum NdmaError {
     RetryExhausted {
         /// Replays made.
         replays: u32,
+        /// The ring after the last replay timed out, before recovery touched it ([`NdmaError::ring_state`]).
+        state: RingSnapshot,
     },
 }
 
+/// The [`RingState`] a timeout carries. Errors compare by what failed, not by the moment's snapshot: any two
+/// `RingSnapshot`s are equal, so a test can match an error against [`RingSnapshot::NONE`] and read the
+/// snapshot through [`NdmaError::ring_state`].
+///
+/// ```
+/// use ndma::{NdmaError, RingSnapshot};
+///
+/// let err = NdmaError::Timeout { eng: 32, qid: 0, count: 2, polls: 201, state: RingSnapshot::NONE };
+/// assert_eq!(err.errno(), -110);
+/// assert!(err.ring_state().is_none(), "built by hand: no snapshot");
+/// ```
+#[derive(Clone, Default)]
+pub struct RingSnapshot(pub Option<Box<RingState>>);
+
+impl RingSnapshot {
+    /// No snapshot.
+    pub const NONE: RingSnapshot = RingSnapshot(None);
+}
+
+impl PartialEq for RingSnapshot {
+    fn eq(&self, _: &RingSnapshot) -> bool {
+        true
+    }
+}
+
+impl Eq for RingSnapshot {}
+
+impl std::fmt::Debug for RingSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(s) => write!(f, "RingSnapshot(device {} NC {} engine {} queue {})", s.device, s.nc, s.engine, s.qid),
+            None => f.write_str("RingSnapshot(None)"),
+        }
+    }
+}
+
 impl NdmaError {
+    /// The ring snapshot this error carries: a timeout's ([`NdmaError::Timeout`], [`NdmaError::RetryExhausted`])
+    /// taken before recovery re-initialised the ring. `None` for other errors.
+    pub fn ring_state(&self) -> Option<&RingState> {
+        match self {
+            NdmaError::Timeout { state, .. } | NdmaError::RetryExhausted { state, .. } => state.0.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Attaches `snapshot` to a timeout; other errors are returned as they are.
+    pub(crate) fn with_ring_state(mut self, snapshot: Box<RingState>) -> NdmaError {
+        if let NdmaError::Timeout { state, .. } | NdmaError::RetryExhausted { state, .. } = &mut self {
+            *state = RingSnapshot(Some(snapshot));
+        }
+        self
+    }
+
     /// The negative errno the driver returns for this failure (example on [`NdmaError`]).
     pub fn errno(&self) -> i32 {
         match self {

@@ -161,4 +161,13 @@ pub trait Platform: Send + Sync {
     fn current_mm(&self) -> Option<Arc<dyn UserMm>> {
         None
     }
+
+    /// What the back end knows about queue pair `qid` of engine `engine` on device `device` that the
+    /// registers do not show — a device model's recorded fault: a halted queue and why, a hung one, a dropped
+    /// write, the descriptors it stopped on. Human-readable; [`crate::RingState`] carries it. `None` (the
+    /// default): nothing to add.
+    fn device_diagnostics(&self, device: u32, engine: u32, qid: u32) -> Option<String> {
+        let _ = (device, engine, qid);
+        None
+    }
 }

@@ -111,7 +111,7 @@ fn hung_queue_times_out_with_the_exact_poll_budget_and_the_ring_recovers() {
         // count = 1 data + 1 marker; loop = following + 1; polls = loop + 1; one udelay(1) after each poll.
         let budget = dev.dhal().wait_budget(2, false);
         let polls = budget.following_us + 2;
-        assert_eq!(err, NdmaError::Timeout { eng, qid, count: 2, polls });
+        assert_eq!(err, NdmaError::Timeout { eng, qid, count: 2, polls, state: ndma::RingSnapshot::NONE });
         assert_eq!(err.errno(), -110);
         assert_eq!(tb.platform.now_us() - t0, budget.first_wait_us + polls, "{arch}: virtual time waited");
         let s = dev.ring_stats(0).unwrap();
@@ -134,7 +134,7 @@ fn device_to_device_hang_uses_the_d2d_shortcut_budget() {
     let t0 = tb.platform.now_us();
     let err = w.copy_all().unwrap_err();
     // V2, count 2: following 39 900 µs / 200 = 199 → loop 200 → 201 polls, after a fixed 10 µs first wait.
-    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 2, polls: 201 });
+    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 2, polls: 201, state: ndma::RingSnapshot::NONE });
     assert_eq!(tb.platform.now_us() - t0, 10 + 201);
     w.copy_all().unwrap();
     w.verify("d2d after the hang", true).unwrap();
@@ -173,7 +173,11 @@ fn the_emulation_switch_scales_the_wait_budget() {
     };
 
     let (err, waited) = hung_copy();
-    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 2, polls: 201 }, "silicon budget");
+    assert_eq!(
+        err,
+        NdmaError::Timeout { eng, qid, count: 2, polls: 201, state: ndma::RingSnapshot::NONE },
+        "silicon budget"
+    );
     assert_eq!(waited, 10 + 201);
 
     tb.platform.set_emulation(true);
@@ -181,7 +185,11 @@ fn the_emulation_switch_scales_the_wait_budget() {
     // The hang is waited out on purpose here: ~20 million polls of virtual time, seconds of real time.
     assert_eq!(ndma::poll_plan(dev.dhal(), true, 2, false, true), (10, 19_950_001));
     let (err, waited) = hung_copy();
-    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 2, polls: 19_950_002 }, "emulation budget");
+    assert_eq!(
+        err,
+        NdmaError::Timeout { eng, qid, count: 2, polls: 19_950_002, state: ndma::RingSnapshot::NONE },
+        "emulation budget"
+    );
     assert_eq!(waited, 10 + 19_950_002, "virtual time waited");
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.timeouts, s.ring_resets, s.transfers), (2, 2, 0), "{s:?}");

@@ -38,7 +38,7 @@ fn timeout(dev: &NeuronDevice, count: u32, is_async: bool, dir: Dir) -> (NdmaErr
     let is_d2d = !dir.src_host() && !dir.dst_host();
     let (first_wait, loops) = ndma::poll_plan(dev.dhal(), false, count, is_async, is_d2d);
     let (eng, qid) = queue(dev);
-    (NdmaError::Timeout { eng, qid, count, polls: loops + 1 }, first_wait + loops + 1)
+    (NdmaError::Timeout { eng, qid, count, polls: loops + 1, state: ndma::RingSnapshot::NONE }, first_wait + loops + 1)
 }
 
 /// Source untouched; the destination holds the first `landed` bytes of the source window and `DST_FILL`

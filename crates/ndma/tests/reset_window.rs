@@ -62,7 +62,7 @@ fn the_retry_is_bounded_and_the_ring_is_usable_afterwards() {
     let w = Window::new(dev, emu, Dir::D2d, 4096, 0, 5).unwrap();
     assert!(emu.reset_nc(0, 1_000_000));
     let err = w.copy_all().unwrap_err();
-    assert_eq!(err, NdmaError::RetryExhausted { replays: MAX_RESET_WINDOW_REPLAYS });
+    assert_eq!(err, NdmaError::RetryExhausted { replays: MAX_RESET_WINDOW_REPLAYS, state: ndma::RingSnapshot::NONE });
     assert_eq!(err.errno(), -110);
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.retries, s.replays), (u64::from(MAX_RESET_WINDOW_REPLAYS), u64::from(MAX_RESET_WINDOW_REPLAYS)));

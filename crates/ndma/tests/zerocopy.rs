@@ -564,7 +564,7 @@ fn a_sync_hang_times_out_after_exactly_the_async_budget() {
     // 2 scattered pages: 2 data descriptors + the marker; the sync drain waits with the async budget.
     let budget = dev.dhal().wait_budget(3, true);
     let polls = budget.following_us + 2;
-    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 3, polls });
+    assert_eq!(err, NdmaError::Timeout { eng, qid, count: 3, polls, state: ndma::RingSnapshot::NONE });
     assert_eq!(ndma::Platform::now_us(&*z.tb.platform) - t0, budget.first_wait_us + polls);
     z.assert_no_leaks("sync hang");
     dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).unwrap();

@@ -374,6 +374,55 @@ pub struct RxDesc {
     pub dst: u64,
 }
 
+/// Writes the set flags of `flags` joined by `|`, or `-` when none is set.
+fn write_flags(f: &mut core::fmt::Formatter<'_>, flags: &[(bool, &str)]) -> core::fmt::Result {
+    let mut any = false;
+    for (_, name) in flags.iter().filter(|(set, _)| *set) {
+        f.write_str(if any { "|" } else { "" })?;
+        f.write_str(name)?;
+        any = true;
+    }
+    if !any {
+        f.write_str("-")?;
+    }
+    Ok(())
+}
+
+/// One line a DMA engineer reads: source, length, ring id and the set flags.
+///
+/// ```
+/// use udma::{Barrier, Desc};
+///
+/// let tx = Desc::m2m_tx(0x4000, 512, 1, Barrier::WriteBarrier)?.tx();
+/// assert_eq!(tx.to_string(), "src 0x4000 len 512 ring id 1 FIRST|LAST|WRITE_BARRIER");
+/// let rx = Desc::m2m_rx(0x8000, 65536, 2, Barrier::None, false)?.rx();
+/// assert_eq!(rx.to_string(), "dst 0x8000 len 65536 ring id 2 -");
+/// # Ok::<(), udma::UdmaError>(())
+/// ```
+impl core::fmt::Display for TxDesc {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let l = self.len_ctrl;
+        write!(f, "src {:#x} len {} ring id {} ", self.src, l.len_bytes(), l.ring_id())?;
+        let flags = [
+            (l.first(), "FIRST"),
+            (l.last(), "LAST"),
+            (l.dmb(), "DMB"),
+            (self.meta_ctrl.write_barrier(), "WRITE_BARRIER"),
+            (l.int_en(), "INT"),
+        ];
+        write_flags(f, &flags)
+    }
+}
+
+/// As [`TxDesc`]'s: destination, length, ring id and the set flags.
+impl core::fmt::Display for RxDesc {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let l = self.len_ctrl;
+        write!(f, "dst {:#x} len {} ring id {} ", self.dst, l.len_bytes(), l.ring_id())?;
+        write_flags(f, &[(l.sow(), "SOW"), (l.int_en(), "INT")])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

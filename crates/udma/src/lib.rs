@@ -54,6 +54,7 @@ mod error;
 mod memory;
 mod mmio;
 mod queue;
+mod queue_regs;
 pub mod regs;
 mod sync;
 
@@ -64,6 +65,7 @@ pub use error::{errno, UdmaError};
 pub use memory::DmaMemory;
 pub use mmio::Mmio;
 pub use queue::{CompletionCounter, Direction, Queue, QueueStatus};
+pub use queue_regs::{QueueRegsView, RingPos};
 pub use regs::UdmaState;
 
 /// Largest byte count one descriptor can carry (`MAX_DMA_DESC_SIZE`); the 16-bit length field writes it as 0.

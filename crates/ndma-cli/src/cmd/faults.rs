@@ -17,13 +17,14 @@ pub mod zc;
 
 use std::time::Instant;
 
-use ndma::{NdmaError, Platform, StatsSnapshot};
+use ndma::{NdmaError, Platform, RingState, StatsSnapshot};
 use ndma_emu::{ExecPolicy, PlannedFault};
 use serde::Serialize;
 use udma::Arch;
 
 use crate::cli::{testbed, BedOpts};
 use crate::cli::{FaultScenario, FaultsArgs};
+use crate::cmd::inspect::state::RingStateJson;
 use crate::error::{errno_name, CliError, CliResult, OpContext};
 use crate::util::output::Out;
 use crate::util::report::Counters;
@@ -53,6 +54,18 @@ behaved as the contract says (otherwise the command exits 3 without JSON)
     counters     the ring's counters moved by this step: transfers, bytes, descriptors, batches,
                  doorbells, polls, wait_us, timeouts, retries, replays, ring_resets
     verified     whether the destination was then checked byte for byte
+    state        a timeout's ring state, taken before recovery (as ndma inspect --state's rings):
+      device, nc, engine, queue   where the ring is
+      tx, rx         each queue: size, next_desc_idx (producer), next_cdesc_idx (consumer), ring_id,
+                     available, regs (through BAR0: cfg, enabled, status, head, head_ring_id, tail,
+                     tail_ring_id, current, ring_base, ring_len, dmb_pauses (TX), engine_state)
+      contexts       handle, inuse, aborted, src, dst, size, done, outstanding, batch_descriptors,
+                     in_flight, marker_seen
+      zero_copy      queued, submitted, slots_in_flight, pinned_pages, cq_backlog
+      counters       the ring's counters
+      descriptors    slot, role (\"free\", \"done\", \"head\", \"pending\"), tx and rx (addr, len, ring_id, flags,
+                     words)
+      device_diagnostics   what the device model recorded about the queue
 zero-copy scenarios add:
   override     true when zerocopy_trn1_override was turned on (V2)
   cqes         the completions taken, in order: sequence_num, compl_ret (0 or -errno), context
@@ -62,6 +75,8 @@ zero-copy scenarios add:
                while nobody consumed), backlog (held back in the driver)
   leak_check   at the end: pinned_frames, pins, orphaned_frames, bad_unpins, pinned_ranges, contexts,
                queue_pinned_pages, backlog, ring_slots_used, ring_slots_accounted, clean
+  last_failure the device's last failure snapshot, when one failed (a ring state as in steps' state): an
+               async zero-copy failure reports only its errno in the completion
 The zero-copy async scenarios (all but zc-hole) need V3 (--instance trn2.48xlarge): V2 has no async
 zero-copy.";
 
@@ -84,6 +99,37 @@ pub struct Step {
     pub counters: Counters,
     /// The destination was verified afterwards.
     pub verified: bool,
+    /// A timeout's ring state, taken before recovery re-initialised the ring.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<RingStateJson>,
+}
+
+impl Step {
+    /// The step that ran `name` and returned `r`, moving `counters`; prints a timeout's ring state.
+    pub fn new<T>(out: Out, name: &'static str, r: &ndma::Result<T>, elapsed_ms: f64, counters: Counters) -> Step {
+        let err = r.as_ref().err();
+        let state = err.and_then(NdmaError::ring_state);
+        if let Some(s) = state {
+            print_state(out, "ring state at the timeout, before recovery", s);
+        }
+        Step {
+            name,
+            ok: r.is_ok(),
+            error: err.map(ToString::to_string),
+            errno: err.map(NdmaError::errno),
+            elapsed_ms,
+            counters,
+            verified: false,
+            state: state.map(RingStateJson::from),
+        }
+    }
+}
+
+/// Prints a ring state under a heading, indented.
+pub fn print_state(out: Out, heading: &str, s: &RingState) {
+    out.say(format_args!("  {heading}:"));
+    let text: String = s.to_string().lines().map(|l| format!("    {l}\n")).collect();
+    out.text(&text);
 }
 
 /// The `--json` document.
@@ -124,6 +170,33 @@ pub struct FaultsReport {
     /// Zero-copy: the leak check at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leak_check: Option<zc::Leaks>,
+    /// Zero-copy: the device's last failure snapshot (an async failure reports only an errno), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<RingStateJson>,
+}
+
+impl FaultsReport {
+    /// The report of scenario `a` on `ring` = (engine, queue), before any step ran.
+    fn new(opts: BedOpts, a: &FaultsArgs, arch: Arch, ring: (u32, u32), retry_flag: bool) -> Self {
+        FaultsReport {
+            command: "faults",
+            scenario: a.scenario.name(),
+            instance: opts.instance.name.into(),
+            arch: arch.to_string(),
+            nc: a.nc,
+            engine: ring.0,
+            queue: ring.1,
+            retry_flag,
+            copy_bytes: COPY_BYTES,
+            steps: Vec::new(),
+            override_on: None,
+            cqes: None,
+            pins: None,
+            cq_backlog: None,
+            leak_check: None,
+            last_failure: None,
+        }
+    }
 }
 
 /// A scenario in progress: the window it copies, where it prints, and the steps so far.
@@ -153,15 +226,7 @@ impl Scenario<'_> {
              re-inits {}",
             s.transfers, s.batches, s.descriptors, s.polls, s.timeouts, s.retries, s.replays, s.ring_resets
         ));
-        self.steps.push(Step {
-            name,
-            ok: r.is_ok(),
-            error: r.as_ref().err().map(ToString::to_string),
-            errno: r.as_ref().err().map(NdmaError::errno),
-            elapsed_ms,
-            counters: Counters::from(&moved),
-            verified: false,
-        });
+        self.steps.push(Step::new(self.out, name, &r, elapsed_ms, Counters::from(&moved)));
         Ok((r, moved))
     }
 
@@ -194,23 +259,7 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
         opts.instance.name,
         dev.dhal().retry_memcpy()
     ));
-    let mut report = FaultsReport {
-        command: "faults",
-        scenario: a.scenario.name(),
-        instance: opts.instance.name.into(),
-        arch: arch.to_string(),
-        nc,
-        engine: eng,
-        queue: qid,
-        retry_flag: dev.dhal().retry_memcpy(),
-        copy_bytes: COPY_BYTES,
-        steps: Vec::new(),
-        override_on: None,
-        cqes: None,
-        pins: None,
-        cq_backlog: None,
-        leak_check: None,
-    };
+    let mut report = FaultsReport::new(opts, a, arch, (eng, qid), dev.dhal().retry_memcpy());
     match a.scenario {
         FaultScenario::ResetWindow | FaultScenario::Hang => {
             let w = Window::new(dev, emu, Dir::H2d, COPY_BYTES, nc, 0xfa17)?;
@@ -222,7 +271,14 @@ pub fn run(mut opts: BedOpts, a: &FaultsArgs) -> CliResult {
             }
             report.steps = sc.steps;
         }
-        zc_scenario => zc::run(&tb, zc_scenario, nc, out, &mut report)?,
+        zc_scenario => {
+            zc::run(&tb, zc_scenario, nc, out, &mut report)?;
+            // An async failure reaches its completion as an errno only: its ring state is the device's.
+            if let Some(s) = dev.last_failure_state() {
+                print_state(out, "the device's last failure, ring state before recovery", &s);
+                report.last_failure = Some(RingStateJson::from(&s));
+            }
+        }
     }
     out.wrote(a.json.write(&report)?);
     Ok(())

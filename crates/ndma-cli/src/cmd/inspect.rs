@@ -5,8 +5,10 @@
 //! Three steps: `copy_once` (the verified copy and what the ring holds after it), [`decode_pair`] (each slot
 //! read back: phase, flags, addresses, role), then the report (printed and/or JSON).
 //!
-//! `--zerocopy` shows one zero-copy piece instead ([`zc`]).
+//! `--zerocopy` shows one zero-copy piece instead ([`zc`]); `--state` the state of every H2T ring after a
+//! scripted scenario ([`state`]).
 
+pub mod state;
 pub mod zc;
 
 use ndma::{MemChunk, NeuronDevice, DMA_COMPLETION_MARKER};
@@ -74,7 +76,35 @@ With --zerocopy, written when the read-back matched the plan, the bytes and the 
     plan_matches     the read-back is exactly plan_descriptors' plan; verified: bytes checked
     counters         the ring's counters (fields above)
     leak_check       pinned_frames, pins, orphaned_frames, bad_unpins, pinned_ranges, contexts,
-                     queue_pinned_pages, backlog, ring_slots_used, ring_slots_accounted, clean";
+                     queue_pinned_pages, backlog, ring_slots_used, ring_slots_accounted, clean
+
+With --state (deferred engines: an async copy is still pending on the engine at the snapshot):
+  command          \"inspect\"
+  mode             \"state\"
+  instance, arch   the preset and \"v2\"/\"v3\"
+  nc, size         the ring the scenario used; bytes per copy (--size, default 200000)
+  scenario         what ran before the snapshot, in order (strings)
+  rings            one ring state per NeuronCore of the device (ndma faults carries the same objects):
+    device, nc, engine, queue   where the ring is
+    tx, rx           each queue: size, next_desc_idx (producer), next_cdesc_idx (consumer), ring_id (phase of
+                     the next descriptor), available (free slots), regs (read through BAR0: cfg, enabled
+                     (false: paused), status, head, head_ring_id, tail, tail_ring_id, current, ring_base,
+                     ring_len, dmb_pauses (TX), engine_state)
+    contexts         SYNC, ASYNC1, ASYNC2: handle, inuse, aborted, src, dst, size, done, outstanding,
+                     batch_descriptors, in_flight, marker_seen
+    zero_copy        when the ring has a zero-copy queue: queued, submitted, slots_in_flight, pinned_pages,
+                     cq_backlog
+    counters         the ring's counters (fields above)
+    descriptors      up to 8 slots around the cursors: slot, role (\"free\", \"done\", \"head\", \"pending\"),
+                     tx and rx (addr, len, ring_id, flags, words)
+    device_diagnostics   what the device model recorded about the queue (absent: nothing)";
+
+impl InspectArgs {
+    /// `--size`, or [`state::STATE_COPY_BYTES`] where it may be left out (`--state`).
+    pub fn size_bytes(&self) -> u64 {
+        self.size.unwrap_or(state::STATE_COPY_BYTES)
+    }
+}
 
 /// What one slot of the ring holds, read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -204,11 +234,11 @@ struct Copied<'a> {
     ring: Vec<(Desc, Desc)>,
 }
 
-/// Step 1: one verified `memcpy_mc` of `a.size` bytes, then the ring's counters and slots.
+/// Step 1: one verified `memcpy_mc` of `--size` bytes, then the ring's counters and slots.
 fn copy_once<'a>(dev: &'a NeuronDevice, emu: &'a EmuDevice, a: &InspectArgs) -> CliResult<Copied<'a>> {
     let (engine, queue) = dev.h2t_queue(a.nc).op_ctx(|| "choosing the H2T ring")?;
-    let window = Window::new(dev, emu, a.dir, a.size, a.nc, 0x1d5)?;
-    window.copy(0, a.size).op_ctx(|| format!("{} copy of {} bytes", a.dir.name(), a.size))?;
+    let window = Window::new(dev, emu, a.dir, a.size_bytes(), a.nc, 0x1d5)?;
+    window.copy(0, a.size_bytes()).op_ctx(|| format!("{} copy of {} bytes", a.dir.name(), a.size_bytes()))?;
     window.verify("inspect", true)?;
     let counters = Counters::from(&dev.ring_stats(a.nc).op_ctx(|| "reading ring counters")?);
     let ring = dev.ring_descriptors(a.nc).op_ctx(|| "reading the H2T ring")?;
@@ -255,7 +285,7 @@ impl InspectReport {
             arch: arch.to_string(),
             dir: a.dir.name(),
             nc: a.nc,
-            size: a.size,
+            size: a.size_bytes(),
             engine: copied.engine,
             queue: copied.queue,
             src_pa: pa.0,
@@ -352,6 +382,9 @@ fn chunk_pas(dev: &NeuronDevice, src: &MemChunk, dst: &MemChunk) -> (u64, u64) {
 pub fn run(opts: BedOpts, a: &InspectArgs, instance_given: bool) -> CliResult {
     if a.zerocopy {
         return zc::run(opts, a, instance_given);
+    }
+    if a.state {
+        return state::run(opts, a);
     }
     let tb = testbed(opts, ExecPolicy::Inline)?;
     let (dev, emu) = tb.device(0);

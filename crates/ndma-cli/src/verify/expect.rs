@@ -50,7 +50,7 @@ impl Expected {
     pub fn matches(&self, actual: &Result<(), NdmaError>, fail_at: usize) -> bool {
         match (self, actual) {
             (Expected::Ok | Expected::OkOrRetryExhausted, Ok(())) => true,
-            (Expected::OkOrRetryExhausted, Err(NdmaError::RetryExhausted { replays })) => {
+            (Expected::OkOrRetryExhausted, Err(NdmaError::RetryExhausted { replays, .. })) => {
                 *replays == ndma::MAX_RESET_WINDOW_REPLAYS
             }
             (Expected::Refused { at, err }, Err(e)) => e == err && *at == fail_at,
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn windows_after_a_chain_failed() {
-        let timeout = Err(NdmaError::Timeout { eng: 1, qid: 0, count: 2, polls: 9 });
+        let timeout = Err(NdmaError::Timeout { eng: 1, qid: 0, count: 2, polls: 9, state: ndma::RingSnapshot::NONE });
         // The wait for segment 1 inside segment 2's call timed out: 0 written, 1 and 2 partial, 3 untouched.
         let w: Vec<_> = (0..4).map(|i| window(&timeout, 2, i)).collect();
         assert_eq!(w, [Window::Written, Window::Partial, Window::Partial, Window::Untouched]);

@@ -6,21 +6,24 @@
 use super::guard::RingGuard;
 use super::wait::wait_for_completion;
 use crate::device::NeuronDevice;
-use crate::{NdmaError, Result};
+use crate::{NdmaError, Result, RingSnapshot};
 
 /// Replays after which a reset-window hang is reported as [`NdmaError::RetryExhausted`].
 ///
 /// ```
 /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
 /// # let bed = doctest::testbed_fake_clock(udma::Arch::V2); // waits advance a fake clock: timeouts are instant
-/// use ndma::{NdmaError, MAX_RESET_WINDOW_REPLAYS};
+/// use ndma::{NdmaError, RingSnapshot, MAX_RESET_WINDOW_REPLAYS};
 ///
 /// let (dev, emu) = bed.device(0);
 /// let (src, dst) = (dev.alloc_device(4096, 0)?, dev.alloc_device(4096, 0)?);
 /// // The model resets NC 0 for a long time: on V2 a doorbell rung meanwhile hangs.
 /// assert!(emu.reset_nc(0, 1_000_000));
 /// let err = dev.memcpy_mc(&src, &dst, 0, 0, 4096).unwrap_err();
-/// assert_eq!(err, NdmaError::RetryExhausted { replays: MAX_RESET_WINDOW_REPLAYS });
+/// assert_eq!(err, NdmaError::RetryExhausted { replays: MAX_RESET_WINDOW_REPLAYS, state: RingSnapshot::NONE });
+/// // The snapshot taken after the last replay hung, before recovery: the model's record says why.
+/// let state = err.ring_state().expect("a timeout carries the ring's state");
+/// assert!(state.device_diagnostics.as_deref().unwrap().contains("doorbell during a NeuronCore reset"));
 /// assert_eq!(err.errno(), -110);
 /// let s = dev.ring_stats(0)?;
 /// assert_eq!((s.retries, s.replays), (8, 8));
@@ -69,11 +72,11 @@ impl RingGuard<'_> {
             };
             let start = self.inner.contexts[wait_slot].start_time;
             if !self.dev.dhal.retry_memcpy() || !self.dev.op_in_reset_window(self.ring.nc, start) {
-                return Err(err);
+                return Err(self.with_state(err));
             }
             if replays == MAX_RESET_WINDOW_REPLAYS {
                 tracing::error!(nc = self.ring.nc, replays, "DMA still hung inside the reset window; giving up");
-                return Err(NdmaError::RetryExhausted { replays });
+                return Err(self.with_state(NdmaError::RetryExhausted { replays, state: RingSnapshot::NONE }));
             }
             tracing::warn!(
                 nc = self.ring.nc,

@@ -93,7 +93,8 @@ pub(crate) fn wait_for_completion(
 ///
 /// # Errors
 ///
-/// [`NdmaError::Timeout`] when the budget runs out; nothing is acked then.
+/// [`NdmaError::Timeout`] (without a snapshot: the caller, which holds the whole ring, attaches one) when
+/// the budget runs out; nothing is acked then.
 pub(crate) fn wait_marker(
     dhal: &dyn Dhal,
     platform: &dyn Platform,
@@ -125,7 +126,8 @@ pub(crate) fn wait_marker(
         }
         platform.delay_until(dst, DMA_COMPLETION_MARKER, POLL_INTERVAL_US);
         if polls > loops {
-            break Err(NdmaError::Timeout { eng: ring.eng_id, qid: ring.qid, count, polls });
+            let state = crate::RingSnapshot::NONE;
+            break Err(NdmaError::Timeout { eng: ring.eng_id, qid: ring.qid, count, polls, state });
         }
     };
     ring.stats.add_polls(polls);
@@ -133,7 +135,8 @@ pub(crate) fn wait_marker(
     ring.stats.add_wait_us(first_wait + polls * POLL_INTERVAL_US);
     if let Err(e) = &result {
         ring.stats.add_timeouts(1);
-        tracing::error!(nc = ring.nc, eng = ring.eng_id, qid = ring.qid, count, polls, "DMA completion timeout: {e}");
+        // The caller logs the error event, with the ring's snapshot (`RingGuard::with_state`).
+        tracing::debug!(nc = ring.nc, eng = ring.eng_id, qid = ring.qid, count, polls, "DMA completion timeout: {e}");
     }
     result
 }

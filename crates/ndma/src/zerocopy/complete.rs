@@ -135,7 +135,9 @@ impl RingGuard<'_> {
             is_async: true,
             is_d2d: false,
         };
-        wait_marker(self.dev.dhal, &*self.dev.platform, self.ring, &self.inner.queue, m).map(|_| ())
+        wait_marker(self.dev.dhal, &*self.dev.platform, self.ring, &self.inner.queue, m)
+            .map(|_| ())
+            .map_err(|e| self.with_state(e))
     }
 
     /// Posts a completion to the ring's queue (to its backlog when the queue is full).
@@ -206,7 +208,9 @@ impl RingGuard<'_> {
             let m = MarkerWait { completion, offset, count: ctx.nr_desc + 1, is_async: true, is_d2d: false };
             wait_marker(dhal, platform, ring, queue, m).map(|_| ())
         });
-        if result.is_err() {
+        if let Err(e) = result {
+            // Nobody gets this error (the sequence is drained): the snapshot goes to the last-failure slot.
+            let _ = self.with_state(e);
             self.recover();
         }
     }

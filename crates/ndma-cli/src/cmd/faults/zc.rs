@@ -83,16 +83,7 @@ impl Zc<'_> {
             "  ring: pieces {}, descriptors {}, polls {}, timeouts {}, ring re-inits {}, completions {}",
             s.zc_pieces, s.descriptors, s.polls, s.timeouts, s.ring_resets, s.cqes
         ));
-        let err = r.as_ref().err();
-        self.steps.push(Step {
-            name,
-            ok: r.is_ok(),
-            error: err.map(ToString::to_string),
-            errno: err.map(NdmaError::errno),
-            elapsed_ms,
-            counters: Counters::from(&s),
-            verified: false,
-        });
+        self.steps.push(Step::new(self.out, name, &r, elapsed_ms, Counters::from(&s)));
         Ok(r)
     }
 

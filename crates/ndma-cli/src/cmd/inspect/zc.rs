@@ -182,21 +182,21 @@ fn piece_on(instance: Instance, opts: BedOpts, a: &InspectArgs, dir: UserDir, ou
     let override_on = enable_override(dev, out);
     let (engine, queue) = dev.h2t_queue(a.nc).op_ctx(|| "choosing the H2T ring")?;
     let proc = Process::enter(tb.emu.host(), PID);
-    let w = UserWindow::new(dev, emu, &proc.mm, dir, a.size, a.offset, a.layout, SEED, &[], a.nc)?;
-    let what = format!("{} zero-copy piece of {} bytes on {}", dir.name(), a.size, instance.name);
-    let op = w.op(0..a.size);
+    let w = UserWindow::new(dev, emu, &proc.mm, dir, a.size_bytes(), a.offset, a.layout, SEED, &[], a.nc)?;
+    let what = format!("{} zero-copy piece of {} bytes on {}", dir.name(), a.size_bytes(), instance.name);
+    let op = w.op(0..a.size_bytes());
     dev.zerocopy_submit(a.nc, &[op], &w.mc, 0, NEURON_DMA_H2T_DEFAULT_QID, dir.to_device(), 0, 0)
         .op_ctx(|| what.clone())?;
     w.verify(emu, &what)?;
     let counters = Counters::from(&dev.ring_stats(a.nc).op_ctx(|| "reading ring counters")?);
     let ring = dev.ring_descriptors(a.nc).op_ctx(|| "reading the H2T ring")?;
     let offset = w.va % PAGE_SIZE;
-    let pages = (offset + a.size).div_ceil(PAGE_SIZE) as usize;
+    let pages = (offset + a.size_bytes()).div_ceil(PAGE_SIZE) as usize;
     let frames: Vec<u64> = proc.mm.frames_of(w.va - offset, pages).into_iter().flatten().collect();
     let device_pa = dev.mc_to_pa(&w.mc) + GUARD;
-    let plan = plan_descriptors(arch, &frames, offset, a.size, device_pa, dir.to_device(), true);
+    let plan = plan_descriptors(arch, &frames, offset, a.size_bytes(), device_pa, dir.to_device(), true);
     let host_base = arch.pci_host_base();
-    let mut runs = runs_of(&frames, offset, a.size, host_base);
+    let mut runs = runs_of(&frames, offset, a.size_bytes(), host_base);
     let mut descriptors = Vec::with_capacity(ring.len());
     let mut mismatch = Vec::new();
     if ring.len() != plan.data.len() + 1 || plan.runs as usize != runs.len() {
@@ -299,7 +299,7 @@ pub fn run(opts: BedOpts, a: &InspectArgs, instance_given: bool) -> CliResult {
         }
     };
     let page_offset = a.offset % PAGE_SIZE;
-    if a.size == 0 || a.size + page_offset > PIECE_BYTES {
+    if a.size_bytes() == 0 || a.size_bytes() + page_offset > PIECE_BYTES {
         return Err(CliError::Usage(format!(
             "--zerocopy shows one piece: --size must be 1 ..= {} bytes at page offset {page_offset} (a piece pins at \
              most 64 pages)",
@@ -313,8 +313,8 @@ pub fn run(opts: BedOpts, a: &InspectArgs, instance_given: bool) -> CliResult {
         "zero-copy piece: {} of {} bytes ({}) at page offset {page_offset} of a {} user buffer, one synchronous \
          zerocopy_submit on an inline engine, NC {}",
         dir.long_name(),
-        a.size,
-        fmt_size(a.size),
+        a.size_bytes(),
+        fmt_size(a.size_bytes()),
         a.layout.name(),
         a.nc
     ));
@@ -325,7 +325,7 @@ pub fn run(opts: BedOpts, a: &InspectArgs, instance_given: bool) -> CliResult {
         mode: "zerocopy",
         dir: dir.name(),
         nc: a.nc,
-        size: a.size,
+        size: a.size_bytes(),
         offset: page_offset,
         layout: a.layout.name(),
         archs,
