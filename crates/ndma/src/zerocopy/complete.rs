@@ -13,10 +13,10 @@
 use std::sync::Arc;
 
 use super::build::plan_descriptors;
-use super::context::{ZcContext, ZcState};
+use super::context::ZcState;
 use super::cq::{CompletionQueue, CqEntry, NDMA_H2D_COMPL_QUEUE_SIZE};
 use super::pin::pin_remote;
-use super::queue::CtxQueue;
+use super::queue::{CtxQueue, DrainStep};
 use super::sizing::{descs_available, should_wait};
 use super::{NDMA_CTX_QUEUE_DEFAULT_CAPACITY, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
 use crate::classic::marker::add_completion_desc;
@@ -24,7 +24,9 @@ use crate::classic::wait::{wait_marker, MarkerWait};
 use crate::classic::RingGuard;
 use crate::device::NeuronDevice;
 use crate::memory::MemChunk;
+use crate::ring::HostRing;
 use crate::{HostBuf, NdmaError, Result, PAGE_SIZE};
+use udma::{Arch, Barrier, DmaMemory, M2mQueue};
 
 /// Bytes of marker words per context.
 const MARKER_SLOT: usize = 8;
@@ -196,16 +198,28 @@ impl RingGuard<'_> {
     }
 
     /// `ndma_ctx_queue_drain_sequence` with waits: tombstones every context of `seq`, waiting first for its
-    /// submitted ones; after a wait fails, the ring is re-initialised (what else was in flight is re-issued).
+    /// submitted ones and then, when they wrote device memory, for a fence batch that makes their writes land
+    /// (see [`CtxQueue::drain_sequence`]); after a wait fails, the ring is re-initialised (what else was in
+    /// flight is re-issued).
     pub(crate) fn zc_drain_sequence(&mut self, seq: u64, keep: Option<u32>) {
-        let (dhal, platform, ring) = (self.dev.dhal, &*self.dev.platform, self.ring);
+        let (dhal, platform, ring, mmio) = (self.dev.dhal, &*self.dev.platform, self.ring, &*self.dev.bar0);
         let crate::ring::RingInner { queue, zc, .. } = &mut *self.inner;
         let Some(zc) = zc.as_mut() else { return };
-        let queue = &*queue;
-        let completion = &*zc.completion;
-        let result = zc.queue.drain_sequence(seq, keep, |i, ctx: &ZcContext| {
+        let (completion, completion_dma) = (&*zc.completion, zc.completion_dma);
+        let result = zc.queue.drain_sequence(seq, keep, |step| {
+            let (i, count) = match step {
+                DrainStep::Wait(i, ctx) => (i, ctx.nr_desc + 1),
+                DrainStep::Fence(i) => {
+                    let count = stage_fence(dhal.arch(), queue, completion, completion_dma, i)?;
+                    queue.copy_start(mmio, count, count)?;
+                    ring.stats.add_descriptors(u64::from(count));
+                    ring.stats.add_batches(1);
+                    ring.stats.add_doorbells(2);
+                    (i, count)
+                }
+            };
             let offset = i as usize * MARKER_SLOT;
-            let m = MarkerWait { completion, offset, count: ctx.nr_desc + 1, is_async: true, is_d2d: false };
+            let m = MarkerWait { completion, offset, count, is_async: true, is_d2d: false };
             wait_marker(dhal, platform, ring, queue, m).map(|_| ())
         });
         if let Err(e) = result {
@@ -338,4 +352,26 @@ impl RingGuard<'_> {
     pub(crate) fn zc_pending(&self) -> bool {
         self.inner.zc.as_ref().is_some_and(|zc| !zc.queue.is_empty() || zc.cq.backlog_len() > 0)
     }
+}
+
+/// Stages a fence batch in marker slot `i`: a marker the engine writes only after every earlier write of the
+/// ring has landed — on V3 the marker carries SOW; on V2 (no SOW) a 4-byte self-copy of the slot's second
+/// word with WRITE_BARRIER goes first. Returns its descriptor count.
+fn stage_fence(
+    arch: Arch,
+    queue: &mut M2mQueue<HostRing>,
+    completion: &dyn DmaMemory,
+    completion_dma: u64,
+    i: u32,
+) -> Result<u32> {
+    let slot = i as usize * MARKER_SLOT;
+    let marker_barrier = if arch == Arch::V2 {
+        let word = completion_dma + slot as u64 + 4;
+        queue.copy_prepare_one(word, word, 4, Barrier::WriteBarrier, false)?;
+        Barrier::None
+    } else {
+        Barrier::Sow
+    };
+    add_completion_desc(queue, completion, completion_dma, slot, marker_barrier)?;
+    Ok(if arch == Arch::V2 { 2 } else { 1 })
 }

@@ -40,6 +40,15 @@ pub(crate) struct CtxQueue {
     peak_pinned_pages: u64,
 }
 
+/// What [`CtxQueue::drain_sequence`] asks of its caller.
+#[derive(Debug)]
+pub(crate) enum DrainStep<'a> {
+    /// Wait for the submitted context in this slot.
+    Wait(u32, &'a ZcContext),
+    /// Make the writes of the waited pieces land (a fence batch using this slot's marker).
+    Fence(u32),
+}
+
 impl CtxQueue {
     /// An empty queue of `capacity` slots (a power of two; one slot always stays free).
     pub(crate) fn new(capacity: u32, pin_budget: u64) -> CtxQueue {
@@ -236,25 +245,42 @@ impl CtxQueue {
     }
 
     /// `ndma_ctx_queue_drain_sequence`: the failure path of one request. Every context of `seq` except slot
-    /// `keep` is released (tombstoned); a submitted one is first waited for with `wait(slot, ctx)` — until a
-    /// wait fails, after which the rest are released without waiting (the caller then re-initialises the ring).
-    /// Cursors then skip the tombstones. Returns the first wait error.
+    /// `keep` is released (tombstoned). First each submitted one is waited for with
+    /// `step(DrainStep::Wait(slot, ctx))` — until a wait fails, after which the rest are released without
+    /// waiting (the caller then re-initialises the ring). When every wait succeeded and one of the waited
+    /// pieces wrote device memory, `step(DrainStep::Fence(slot))` (the slot of such a piece, free to reuse)
+    /// must make those writes land: only the request's last piece carries the write barrier, and a failed
+    /// request never issues it. Nothing is released before that, so the pieces' target chunks stay alive until
+    /// their writes have landed. Cursors then skip the tombstones. Returns the first error.
     pub(crate) fn drain_sequence(
         &mut self,
         seq: u64,
         keep: Option<u32>,
-        mut wait: impl FnMut(u32, &ZcContext) -> Result<()>,
+        mut step: impl FnMut(DrainStep<'_>) -> Result<()>,
     ) -> Result<()> {
+        let slots: Vec<u32> = self
+            .live_slots()
+            .filter(|&i| Some(i) != keep)
+            .filter(|&i| {
+                let c = &self.entries[i as usize];
+                c.state != ZcState::Invalid && c.sequence_num == seq
+            })
+            .collect();
         let mut result = Ok(());
-        let slots: Vec<u32> = self.live_slots().filter(|&i| Some(i) != keep).collect();
-        for i in slots {
+        let mut fence = None;
+        for &i in &slots {
             let ctx = &self.entries[i as usize];
-            if ctx.state == ZcState::Invalid || ctx.sequence_num != seq {
-                continue;
-            }
             if ctx.state == ZcState::Submitted && result.is_ok() {
-                result = wait(i, ctx);
+                result = step(DrainStep::Wait(i, ctx));
+                if ctx.to_device {
+                    fence = Some(i);
+                }
             }
+        }
+        if let (Ok(()), Some(i)) = (&result, fence) {
+            result = step(DrainStep::Fence(i));
+        }
+        for i in slots {
             self.release(i);
         }
         self.fu = self.advance_to_valid(self.fu, self.tail);
@@ -484,7 +510,13 @@ mod tests {
                     }
                     Op::DrainSequence(seq) => {
                         let mut waited = Vec::new();
-                        q.drain_sequence(seq, None, |_, c| { waited.push(c.host_addr); Ok(()) }).unwrap();
+                        q.drain_sequence(seq, None, |step| {
+                            if let DrainStep::Wait(_, c) = step {
+                                waited.push(c.host_addr);
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
                         let expect_waited: Vec<u64> =
                             m.items.iter().filter(|e| e.2 == seq && e.1 == ZcState::Submitted).map(|e| e.0).collect();
                         prop_assert_eq!(waited, expect_waited);
