@@ -110,7 +110,15 @@ fn threaded_random_seed_with_the_faults_that_need_no_timeout() {
     let t = passes(&faults(config(seed, TRN2_ONE, Engines::Threaded, 150), 0.3));
     let kinds: BTreeSet<FaultKind> = t.faults_injected.keys().copied().collect();
     // V3 has no reset-window bug: a reset needs no timeout there.
-    let allowed: BTreeSet<FaultKind> = [FaultKind::Delay, FaultKind::Bandwidth, FaultKind::ResetWindow].into();
+    let allowed: BTreeSet<FaultKind> = [
+        FaultKind::Delay,
+        FaultKind::Bandwidth,
+        FaultKind::ResetWindow,
+        FaultKind::Hole,
+        FaultKind::PinFail,
+        FaultKind::ShortPin,
+    ]
+    .into();
     assert!(!kinds.is_empty() && kinds.is_subset(&allowed), "{kinds:?}");
 }
 
@@ -142,6 +150,7 @@ fn large_sizes_at_the_batch_boundary() {
         fault_rate: c.fault_rate,
         fault_kinds: Vec::new(),
         big_rate: c.big_rate,
+        async_zerocopy: false,
     };
     let past_the_boundary = (0..4).map(|k| OpSpec::draw(&ctx, k)).any(|s| {
         s.path == PathKind::ClassicSync
@@ -165,6 +174,7 @@ fn a_replay_runs_exactly_the_operation_drawn() {
         fault_rate: c.fault_rate,
         fault_kinds: campaign::fault_kinds(&c, true),
         big_rate: c.big_rate,
+        async_zerocopy: false,
     };
     let k =
         (0..1000).find(|&k| OpSpec::draw(&ctx, k).fault.is_some_and(|f| f.kind == FaultKind::Hang)).expect("a hang");

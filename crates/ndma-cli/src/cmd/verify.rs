@@ -31,7 +31,8 @@ failed (the command then exits 3)
   budgets              \"silicon\" or \"emulation\"
   ordering             \"adversarial\", \"relaxed\" or \"strict\"
   threads              threads issuing operations
-  paths                paths drawn from: \"classic-sync\", \"async\", \"memset\", \"copy-descriptors\"
+  paths                paths drawn from: \"classic-sync\", \"async\", \"memset\", \"copy-descriptors\",
+                       \"zero-copy-sync\", \"zero-copy-async\"
   operations           operations run
   bytes                bytes moved and verified
   corrupt              regions (window, guard or source) found holding wrong bytes
@@ -50,9 +51,10 @@ failed (the command then exits 3)
   benign_corruptions   corruptions the model reported benign, accounted for descriptor by descriptor
   outcomes             operations by outcome: ok, timeout, retry_exhausted, aborted, async_too_large,
                        partial_descriptor, invalid_descriptor_address, invalid_queue_type, out_of_range,
-                       context_in_use, panic, ... (the op layer's error kinds)
+                       context_in_use, pin, failed (an async completion's errno), async_zerocopy_unsupported,
+                       panic, ... (the op layer's error kinds)
   faults_injected      faults that took effect, by kind: hang, delay, bandwidth, corrupt, drop_final_write,
-                       reset_window
+                       reset_window, and on the zero-copy paths hole, pin_fail, short_pin
   per_path             one object per path and direction: path, dir (h2d, d2h, d2d, h2h), operations, bytes
   slowest              the slowest operation: index, instance, path, dir, size, fault, elapsed_ms (the
                        op-layer calls alone)
@@ -83,7 +85,7 @@ pub struct VerifyArgs {
     #[arg(long, value_enum, default_value = "threaded")]
     pub engines: Engines,
     /// Inject faults into a share of the operations (--fault-rate): hang, delay, bandwidth, corrupt,
-    /// drop_final_write, reset_window.
+    /// drop_final_write, reset_window; on the zero-copy paths hole, pin_fail, short_pin.
     #[arg(long, value_enum, default_value = "none")]
     pub faults: FaultMode,
     /// Share of operations that get a fault under --faults mix (0..=1).

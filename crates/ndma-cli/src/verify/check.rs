@@ -110,6 +110,21 @@ pub fn region(
     or_poison: Option<Pattern>,
     clues: Clues,
 ) -> CliResult<Option<Mismatch>> {
+    region_with(|off, buf| read(emu, mc, off, buf), r, expect, or_poison, clues)
+}
+
+/// As [`region`], of memory `read(offset, buf)` reads (a user buffer: offsets from its mapping's start).
+///
+/// # Errors
+///
+/// `read`'s failures; a mismatch is `Ok(Some(_))`.
+pub fn region_with(
+    mut read: impl FnMut(u64, &mut [u8]) -> CliResult,
+    r: Region<'_>,
+    expect: Expect<'_>,
+    or_poison: Option<Pattern>,
+    clues: Clues,
+) -> CliResult<Option<Mismatch>> {
     let mut got = vec![0u8; BLOCK.min(r.len as usize)];
     let mut want = vec![0u8; got.len()];
     let mut alt = if or_poison.is_some() { vec![0u8; got.len()] } else { Vec::new() };
@@ -117,7 +132,7 @@ pub fn region(
     let mut done = 0u64;
     while done < r.len {
         let n = (r.len - done).min(BLOCK as u64) as usize;
-        read(emu, mc, r.off + done, &mut got[..n])?;
+        read(r.off + done, &mut got[..n])?;
         expect.fill(done, &mut want[..n]);
         let clean = match or_poison {
             None => got[..n] == want[..n],
