@@ -585,6 +585,7 @@ impl Engine {
             *corruption = Some(self.corrupt(qid, c, (&mut td, tx), (&mut rd, rx)));
         }
         let (copy, t) = Self::check_pair(dev, &td, &rd, tx, rx)?;
+        dev.escapes.check(self.id, qid, &copy);
         Ok(Op {
             copy,
             descs: 1,

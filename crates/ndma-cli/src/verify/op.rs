@@ -227,7 +227,7 @@ impl OpSpec {
         // The kinds that apply to the path (pin faults to zero-copy, engine faults to the rest); an async
         // zero-copy request on an arch without it is refused before any pin.
         let kinds: Vec<FaultKind> = ctx.fault_kinds.iter().copied().filter(|k| k.applies_to(path)).collect();
-        faulted &= !kinds.is_empty() && !(path == PathKind::ZeroCopyAsync && !ctx.async_zerocopy);
+        faulted &= !kinds.is_empty() && (path != PathKind::ZeroCopyAsync || ctx.async_zerocopy);
         let mut d = Draw { rng, ctx, faulted };
         let (device, nc) = d.ring();
         let drawn = path::draw(path, &mut d, nc);
