@@ -299,3 +299,57 @@ fn exit_codes() {
     assert_eq!(code(&["--instance", "p4d", "verify", "--count", "1"]), Some(2));
     assert_eq!(code(&["--silicon-budgets", "verify", "--budgets", "emulation"]), Some(2));
 }
+
+/// The access watch records exactly the accesses outside the windows it was given: a copy inside them is
+/// clean; a destination window one byte short, or a source the validation would have called device memory
+/// while the engine reads host memory, is an escape.
+#[test]
+fn the_access_watch_records_an_access_outside_the_windows() {
+    use ndma_emu::{AccessWindow, EmuDevice, Space};
+    use udma::{Barrier, DmaMemory, Ring, Udma};
+
+    let tb = config(1, Instance::TRN1_2XLARGE, Engines::Inline, 1).testbed().expect("testbed");
+    let (dev, emu) = tb.device(0);
+    let emu: &EmuDevice = emu;
+    let src = dev.alloc_host(8192, 0).expect("source");
+    let dst = dev.alloc_device(8192, 0).expect("destination");
+    let engine = Udma::init(emu, dev.dhal().arch(), 0).expect("engine");
+    let ring = || {
+        let mem = emu.host().alloc(32 * 16, 256).expect("ring");
+        let dma_addr = mem.phys_addr() | dev.dhal().pci_host_base();
+        Ring { mem, dma_addr }
+    };
+    let mut q = engine.init_queue(emu, 0, ring(), ring(), 32).expect("queue");
+    let (s, d, len) = (src.pa() + 100, dst.pa() + 200, 4000u64);
+    let mut run = |windows: &[AccessWindow]| {
+        q.reinit(emu);
+        q.copy_prepare_one(s, d, len as u32, Barrier::None, false).expect("prepare");
+        emu.watch_accesses(windows);
+        q.copy_start(emu, 1, 1).expect("doorbell");
+        emu.unwatch_accesses()
+    };
+    let read = AccessWindow { addr: s, len, host: true };
+    let write = AccessWindow { addr: d, len, host: false };
+    assert_eq!(run(&[read, write]), []);
+    let short = run(&[read, AccessWindow { len: len - 1, ..write }]);
+    assert_eq!(short.len(), 1, "{short:?}");
+    assert!(short[0].write && short[0].space == Space::Hbm && short[0].len == len, "{short:?}");
+    let misread = run(&[AccessWindow { host: false, ..read }, write]);
+    assert_eq!(misread.len(), 1, "{misread:?}");
+    assert!(!misread[0].write && misread[0].space == Space::Host, "{misread:?}");
+    assert!(emu.take_faults().is_empty());
+}
+
+/// A short descriptor fuzz: refusals, engine faults and executed rings all occur; nothing escapes, nothing
+/// panics, no refused ring is written.
+#[test]
+fn a_short_descriptor_fuzz_finds_no_escape() {
+    for arch in [udma::Arch::V2, udma::Arch::V3] {
+        let f = ndma_cli::verify::fuzz::run(0xf022, arch, 0, 5000, |_| {}).expect("fuzz bed");
+        assert!(f.passed(), "{arch}: {:#?}", f.failures);
+        for kind in ["executed", "engine_fault", "invalid_descriptor_address"] {
+            assert!(f.outcomes.get(kind).is_some_and(|&n| n > 100), "{arch}: {kind}: {:?}", f.outcomes);
+        }
+        assert!(f.copies > 1000, "{arch}: {}", f.copies);
+    }
+}

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use ndma::{NeuronDevice, StatsSnapshot};
+use ndma::{NeuronDevice, ResetClock, StatsSnapshot};
 
 use super::buffers::Side;
 use super::check::{self, Clues, Expect, Region};
@@ -40,6 +40,7 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
         }
     };
     let t0 = Instant::now();
+    let started = bed.dev.platform().jiffies();
     let ran = catch_unwind(AssertUnwindSafe(|| path::run(bed, spec, &prep)));
     rec.elapsed = t0.elapsed();
     let retries = before.as_ref().map_or(0, |b| {
@@ -52,6 +53,13 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
             if let (Some(o), Some(f)) = (observed.as_mut(), spec.fault) {
                 if f.kind.is_pin_fault() {
                     pin_fault_met(spec, f, &prep, &ran, o);
+                }
+                // A reset window that was over before the operation started (the thread was descheduled
+                // between arming it and running) never applied: not met, and not a miss of the op layer's.
+                let (_, end) = bed.emu.reset_times(spec.nc());
+                if f.kind == FaultKind::ResetWindow && !o.hit && started > end {
+                    tracing::info!(op = spec.index, started, end, "reset window over before the operation started");
+                    o.missed = None;
                 }
             }
             judge(bed, spec, &prep, ran, observed.as_ref(), &mut rec);
