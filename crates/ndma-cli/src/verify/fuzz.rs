@@ -9,8 +9,9 @@
 //! crossing a chunk's end; TX and RX lengths that disagree; wrong phases; and now and then whole random words.
 //! Both rings go through `copy_descriptors` (TX then RX type) into ring chunks (host, or device through the
 //! bounce buffer). A refused ring must leave its chunk untouched. When both are accepted, the device model is
-//! told what the validation accepted — each descriptor's buffer, as the validation classified its address —
-//! and the rings are run on a queue of an engine the op layer does not use (inline: they execute on the
+//! told what the validation accepted — for each descriptor whose address the validation calls host memory,
+//! the pool chunk it found it in; for any other address the device's memory, which the contract leaves
+//! unchecked — and the rings are run on a queue of an engine the op layer does not use (inline: they execute on the
 //! doorbell write). Any engine access outside those windows is an escape; a panic anywhere is a panic. Engine
 //! faults (bad phase, lengths that disagree, an address that decodes to no memory) are the engine's own
 //! refusals and are counted, not failures.
@@ -305,11 +306,22 @@ fn rings(b: &Bed<'_>, rng: &mut OpRng) -> (Side, Side) {
     (Side { bytes: bytes(&tx), descs: tx }, Side { bytes: bytes(&rx), descs: rx })
 }
 
-/// The window the validation accepted for a descriptor whose buffer is `addr`.
-fn window(dev: &NeuronDevice, addr: u64, len: u64) -> AccessWindow {
-    // The validation's own classification: only what it calls host memory is looked up in the pools.
-    let host = !dev.dhal().validate_pa(addr, &|_| false);
-    AccessWindow { addr, len, host }
+/// The memory the validation allowed a descriptor whose buffer is `addr` to touch: for an address it calls
+/// host memory, the whole pool chunk it found the buffer's first byte in (so an engine access that runs past
+/// that chunk is an escape even if the validation let it through); for any other address the device's own
+/// memory, which the contract leaves unchecked (FACTS §6: only host addresses are looked up).
+fn window(b: &Bed<'_>, addr: u64, len: u64) -> AccessWindow {
+    // The validation's own classification, not the engine's routing.
+    let host = !b.dev.dhal().validate_pa(addr, &|_| false);
+    if !host {
+        return AccessWindow { addr: HBM_BASE, len: b.hbm_end - HBM_BASE, host: false };
+    }
+    let chunks = [&b.own, &b.other, &b.rings[0], &b.rings[1]];
+    match chunks.into_iter().find(|c| c.pa() <= addr && addr < c.pa() + c.size()) {
+        Some(c) => AccessWindow { addr: c.pa(), len: c.size(), host: true },
+        // A random host address that happened to land in a chunk the fuzz does not own: its own range.
+        None => AccessWindow { addr, len, host: true },
+    }
 }
 
 fn iteration(b: &mut Bed<'_>, seed: u64, k: u64) -> CliResult<Iteration> {
@@ -336,8 +348,8 @@ fn iteration(b: &mut Bed<'_>, seed: u64, k: u64) -> CliResult<Iteration> {
     }
     let mut allowed: Vec<AccessWindow> = Vec::with_capacity(2 * tx.descs.len());
     for (t, r) in tx.descs.iter().zip(&rx.descs) {
-        allowed.push(window(b.dev, t.tx().src, u64::from(t.tx().len_ctrl.len_bytes())));
-        allowed.push(window(b.dev, r.rx().dst, u64::from(r.rx().len_ctrl.len_bytes())));
+        allowed.push(window(b, t.tx().src, u64::from(t.tx().len_ctrl.len_bytes())));
+        allowed.push(window(b, r.rx().dst, u64::from(r.rx().len_ctrl.len_bytes())));
     }
     let before = b.emu.engine_stats(FUZZ_ENGINE).unwrap_or_default();
     let q = &mut b.queues[qi];
