@@ -125,8 +125,8 @@ struct Bed<'a> {
     hbm_end: u64,
 }
 
-/// One ring side: the descriptors and the windows the validation will accept for them.
-struct Side {
+/// One user-authored ring: its descriptors and their bytes.
+struct UserRing {
     descs: Vec<Desc>,
     bytes: Vec<u8>,
 }
@@ -263,7 +263,7 @@ fn length(rng: &mut OpRng) -> u64 {
 }
 
 /// The two rings of one iteration.
-fn rings(b: &Bed<'_>, rng: &mut OpRng) -> (Side, Side) {
+fn rings(b: &Bed<'_>, rng: &mut OpRng) -> (UserRing, UserRing) {
     let n = rng.random_range(1..=MAX_DESCS) as usize;
     // A ring of ordinary descriptors now and then, so long accepted rings run too.
     let calm = rng.random_bool(0.25);
@@ -303,7 +303,7 @@ fn rings(b: &Bed<'_>, rng: &mut OpRng) -> (Side, Side) {
         }
         out
     };
-    (Side { bytes: bytes(&tx), descs: tx }, Side { bytes: bytes(&rx), descs: rx })
+    (UserRing { bytes: bytes(&tx), descs: tx }, UserRing { bytes: bytes(&rx), descs: rx })
 }
 
 /// The memory the validation allowed a descriptor whose buffer is `addr` to touch: for an address it calls
