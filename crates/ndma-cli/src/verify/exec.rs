@@ -86,7 +86,15 @@ fn pin_fault_met(spec: &OpSpec, f: FaultSpec, prep: &Prepared, ran: &path::Ran, 
     let Some(user) = &prep.user else { return };
     let errno = path::zerocopy_pin_errno(spec);
     let plan = user.mm.pin_faults();
-    let consumed = plan.entries().is_empty();
+    // A pin failure is met when the slow pin it plans fails (a deferred piece is pinned by the completion
+    // thread on the slow path alone, so the fast entry may stay); a short pin when its entry fired.
+    let consumed = match f.kind {
+        FaultKind::PinFail => !plan
+            .entries()
+            .iter()
+            .any(|e| matches!(e, ndma_emu::PinFault::Fail { path: Some(ndma_emu::PinPath::Slow), .. })),
+        _ => plan.entries().is_empty(),
+    };
     plan.clear();
     let (hit, why) = match f.kind {
         FaultKind::Hole => {

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ndma::zerocopy::{calc_pin_size, CqConsumer, NEURON_DMA_H2T_DEFAULT_QID};
+use ndma::zerocopy::{calc_pin_size, CqConsumer, NDMA_ZC_PAGES_PER_XFER, NEURON_DMA_H2T_DEFAULT_QID};
 use ndma::{BatchOp, NdmaError, PAGE_SIZE};
 use ndma_emu::user::EnterGuard;
 use ndma_emu::{AddressSpace, MapSpec, PinFault, PinPath, Placement};
@@ -85,9 +85,15 @@ pub fn pieces(off: u64, size: u64) -> Vec<(u64, u64)> {
 
 /// A pin fault for the operation `spec` (its size may grow so a short pin has pages to cut).
 pub fn draw_fault(rng: &mut OpRng, kind: FaultKind, spec: &mut OpSpec) -> FaultSpec {
+    let is_async = matches!(spec.detail, Detail::ZeroCopy(ZcDraw { is_async: true, .. }));
     let s = &mut spec.segments[0];
     if kind == FaultKind::ShortPin && s.size + s.src_off < 2 * PAGE_SIZE + 1 {
         s.size = 2 * PAGE_SIZE + 1;
+    }
+    // Half the async hole and pin failures get several pieces, so the fault may fall in a piece the
+    // completion thread pins (see `run`) and come back as the completion's errno.
+    if is_async && kind != FaultKind::ShortPin && rng.random_bool(0.5) {
+        s.size = 3 * NDMA_ZC_PAGES_PER_XFER * PAGE_SIZE + rng.random_range(1..=PAGE_SIZE);
     }
     let p = pieces(s.src_off, s.size);
     let pages = (s.src_off + s.size).div_ceil(PAGE_SIZE);
@@ -114,6 +120,30 @@ pub fn pin_errno(spec: &OpSpec) -> Option<i32> {
         FaultKind::Hole => Some(ENOMEM),
         FaultKind::PinFail => Some(PIN_FAIL_ERRNO),
         _ => None,
+    }
+}
+
+/// The piece `spec`'s pin fault falls in (a hole: the piece holding its page; a pin failure: its piece).
+fn fault_piece(spec: &OpSpec) -> Option<usize> {
+    let f = spec.fault?;
+    let s = spec.segments[0];
+    let p = pieces(s.src_off, s.size);
+    match f.kind {
+        FaultKind::Hole => p.iter().rposition(|&(first, _)| first <= f.param),
+        FaultKind::PinFail => Some(f.param as usize),
+        _ => None,
+    }
+}
+
+/// Restores the device's pin budget when dropped.
+struct BudgetGuard<'a> {
+    dev: &'a ndma::NeuronDevice,
+    was: u64,
+}
+
+impl Drop for BudgetGuard<'_> {
+    fn drop(&mut self) {
+        self.dev.set_zerocopy_pin_budget(self.was);
     }
 }
 
@@ -270,6 +300,15 @@ pub(super) fn run(bed: Bed<'_>, spec: &OpSpec, p: &Prepared) -> Ran {
         _ => {}
     }
     let mut ran = Ran { result: Ok(()), fail_at: 0, cqe_findings: Vec::new() };
+    // An async request whose pin fault falls past its first piece runs under a pin budget of its first piece
+    // (the operation has the device to itself): the later pieces wait unpinned and the completion thread
+    // pins them, so the fault surfaces there, as the completion's errno.
+    let _budget = (zd.is_async && fault_piece(spec).is_some_and(|k| k >= 1)).then(|| {
+        let was = bed.dev.zerocopy_pin_budget();
+        let first = pieces(s.src_off, s.size).first().map_or(1, |&(_, n)| n);
+        bed.dev.set_zerocopy_pin_budget(first);
+        BudgetGuard { dev: bed.dev, was }
+    });
     if !zd.is_async {
         ran.result =
             bed.dev.zerocopy_submit(s.nc, &ops, &dev_side.chunk, 0, NEURON_DMA_H2T_DEFAULT_QID, to_device, 0, 0);
