@@ -2,10 +2,10 @@
 //! engines, with and without faults; the checker itself on planted wrong bytes; replay; the command's JSON
 //! and exit codes.
 //!
-//! Threaded campaigns use emulation budgets: on two cores shared with the other tests an engine worker can be
-//! descheduled for longer than the silicon budget of a small device-to-device batch (~200 µs), which would be
-//! a timeout nobody injected. Their fault mix is then the kinds that need no timeout (delay, bandwidth); the
-//! full mix runs on inline engines, whose doorbell executes before the wait starts.
+//! Campaigns use the driver's silicon budgets, on inline and threaded engines alike (a waiting thread executes
+//! pending work when an engine's worker is descheduled, so no timeout happens that was not injected), and a
+//! lost completion fails within milliseconds of polling. One campaign runs on emulation budgets, where the
+//! fault mix holds only the kinds that need no timeout.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -30,10 +30,7 @@ fn config(seed: u64, instance: Instance, engines: Engines, count: u64) -> Config
     let mut c = Config::new(seed, instance);
     c.engines = engines;
     c.bound = Bound::Count(count);
-    c.budgets = match engines {
-        Engines::Inline => Budgets::Silicon,
-        Engines::Threaded => Budgets::Emulation,
-    };
+    c.budgets = Budgets::Silicon;
     c.hbm_size = Some(4 << 30);
     c.host_dram_size = Some(8 << 30);
     c
@@ -66,9 +63,9 @@ fn covers_every_path(t: &Tally) {
 
 #[test]
 fn inline_fixed_seed_without_faults() {
-    let t = passes(&config(0x5eed, Instance::TRN1_2XLARGE, Engines::Inline, 400));
+    let t = passes(&config(0x5eed, Instance::TRN1_2XLARGE, Engines::Inline, 700));
     covers_every_path(&t);
-    assert!(t.bytes > 0 && t.outcomes.get("ok").is_some_and(|&n| n > 300), "{:?}", t.outcomes);
+    assert!(t.bytes > 0 && t.outcomes.get("ok").is_some_and(|&n| n > 500), "{:?}", t.outcomes);
     // The refusals the inputs call for are among the outcomes, each one as expected.
     for kind in ["partial_descriptor", "invalid_queue_type", "invalid_descriptor_address"] {
         assert!(t.outcomes.contains_key(kind), "{kind} never drawn: {:?}", t.outcomes);
@@ -107,18 +104,26 @@ fn threaded_fixed_seed_without_faults() {
 fn threaded_random_seed_with_the_faults_that_need_no_timeout() {
     let seed = ndma_cli::verify::rng::random_seed();
     println!("threaded_random_seed_with_the_faults_that_need_no_timeout: seed {seed}");
-    let t = passes(&faults(config(seed, TRN2_ONE, Engines::Threaded, 150), 0.3));
+    let mut c = faults(config(seed, TRN2_ONE, Engines::Threaded, 150), 0.3);
+    c.budgets = Budgets::Emulation;
+    let t = passes(&c);
     let kinds: BTreeSet<FaultKind> = t.faults_injected.keys().copied().collect();
     // V3 has no reset-window bug: a reset needs no timeout there.
-    let allowed: BTreeSet<FaultKind> = [FaultKind::Delay, FaultKind::Bandwidth, FaultKind::ResetWindow].into();
+    let allowed: BTreeSet<FaultKind> = [
+        FaultKind::Delay,
+        FaultKind::Bandwidth,
+        FaultKind::ResetWindow,
+        FaultKind::Hole,
+        FaultKind::PinFail,
+        FaultKind::ShortPin,
+    ]
+    .into();
     assert!(!kinds.is_empty() && kinds.is_subset(&allowed), "{kinds:?}");
 }
 
-/// The full mix on threaded engines needs silicon budgets, and today a descheduled engine worker on a loaded
-/// two-core machine misses the ~200 µs budget of small device-to-device batches (uninjected timeouts).
-/// Run it with `cargo test -p ndma-cli --test verify -- --ignored` on a quiet machine.
+/// The full mix on threaded engines with silicon budgets: even on a loaded two-core machine no timeout
+/// happens that was not injected (a waiting thread executes pending work when the worker is descheduled).
 #[test]
-#[ignore = "silicon budgets do not hold yet for threaded engines on a loaded machine"]
 fn threaded_silicon_budgets_with_every_fault() {
     let mut c = faults(config(0xfa17, Instance::TRN1_2XLARGE, Engines::Threaded, 300), 0.2);
     c.budgets = Budgets::Silicon;
@@ -142,6 +147,7 @@ fn large_sizes_at_the_batch_boundary() {
         fault_rate: c.fault_rate,
         fault_kinds: Vec::new(),
         big_rate: c.big_rate,
+        async_zerocopy: false,
     };
     let past_the_boundary = (0..4).map(|k| OpSpec::draw(&ctx, k)).any(|s| {
         s.path == PathKind::ClassicSync
@@ -165,6 +171,7 @@ fn a_replay_runs_exactly_the_operation_drawn() {
         fault_rate: c.fault_rate,
         fault_kinds: campaign::fault_kinds(&c, true),
         big_rate: c.big_rate,
+        async_zerocopy: false,
     };
     let k =
         (0..1000).find(|&k| OpSpec::draw(&ctx, k).fault.is_some_and(|f| f.kind == FaultKind::Hang)).expect("a hang");
@@ -288,4 +295,73 @@ fn exit_codes() {
     assert_eq!(code(&["verify", "--count", "1", "--duration", "1s"]), Some(2));
     assert_eq!(code(&["--instance", "p4d", "verify", "--count", "1"]), Some(2));
     assert_eq!(code(&["--silicon-budgets", "verify", "--count", "1"]), Some(2), "no such option any more");
+}
+
+/// The access watch records exactly the accesses outside the windows it was given: a copy inside them is
+/// clean; a destination window one byte short, or a source the validation would have called device memory
+/// while the engine reads host memory, is an escape.
+#[test]
+fn the_access_watch_records_an_access_outside_the_windows() {
+    use ndma_emu::{AccessWindow, EmuDevice, Space};
+    use udma::{Barrier, DmaMemory, Ring, Udma};
+
+    let tb = config(1, Instance::TRN1_2XLARGE, Engines::Inline, 1).testbed().expect("testbed");
+    let (dev, emu) = tb.device(0);
+    let emu: &EmuDevice = emu;
+    let src = dev.alloc_host(8192, 0).expect("source");
+    let dst = dev.alloc_device(8192, 0).expect("destination");
+    let engine = Udma::init(emu, dev.dhal().arch(), 0).expect("engine");
+    let ring = || {
+        let mem = emu.host().alloc(32 * 16, 256).expect("ring");
+        let dma_addr = mem.phys_addr() | dev.dhal().pci_host_base();
+        Ring { mem, dma_addr }
+    };
+    let mut q = engine.init_queue(emu, 0, ring(), ring(), 32).expect("queue");
+    let (s, d, len) = (src.pa() + 100, dst.pa() + 200, 4000u64);
+    let mut run = |windows: &[AccessWindow]| {
+        q.reinit(emu);
+        q.copy_prepare_one(s, d, len as u32, Barrier::None, false).expect("prepare");
+        emu.watch_accesses(windows);
+        q.copy_start(emu, 1, 1).expect("doorbell");
+        emu.unwatch_accesses()
+    };
+    let read = AccessWindow { addr: s, len, host: true };
+    let write = AccessWindow { addr: d, len, host: false };
+    assert_eq!(run(&[read, write]), []);
+    let short = run(&[read, AccessWindow { len: len - 1, ..write }]);
+    assert_eq!(short.len(), 1, "{short:?}");
+    assert!(short[0].write && short[0].space == Space::Hbm && short[0].len == len, "{short:?}");
+    let misread = run(&[AccessWindow { host: false, ..read }, write]);
+    assert_eq!(misread.len(), 1, "{misread:?}");
+    assert!(!misread[0].write && misread[0].space == Space::Host, "{misread:?}");
+    assert!(emu.take_faults().is_empty());
+}
+
+/// A short descriptor fuzz: refusals, engine faults and executed rings all occur; nothing escapes, nothing
+/// panics, no refused ring is written.
+#[test]
+fn a_short_descriptor_fuzz_finds_no_escape() {
+    for arch in [udma::Arch::V2, udma::Arch::V3] {
+        let f = ndma_cli::verify::fuzz::run(0xf022, arch, 0, 5000, |_| {}).expect("fuzz bed");
+        assert!(f.passed(), "{arch}: {:#?}", f.failures);
+        for kind in ["executed", "engine_fault", "invalid_descriptor_address"] {
+            assert!(f.outcomes.get(kind).is_some_and(|&n| n > 100), "{arch}: {kind}: {:?}", f.outcomes);
+        }
+        assert!(f.copies > 1000, "{arch}: {}", f.copies);
+    }
+}
+
+/// Found by the campaign (seed 3, operation 64 on trn2.48xlarge): an async host→device zero-copy request whose
+/// fourth piece fails its remote pin completes with `-EIO` while its first pieces' HBM writes are still posted
+/// (their fence is on the request's last piece, which never issues); under adversarial ordering they land
+/// later, in memory freed and reallocated since — the probe copy after the fault finds its guard overwritten
+/// with the request's source bytes. Strict and relaxed ordering passed. Fixed: a failed request's pieces are
+/// fenced (a marker the engine writes only after their writes landed) before they are released.
+#[test]
+fn a_failed_async_zero_copy_request_leaves_no_write_in_flight() {
+    let mut c = faults(Config::new(3, Instance::TRN2_48XLARGE), 0.5);
+    c.paths = vec![PathKind::ZeroCopySync, PathKind::ZeroCopyAsync];
+    c.engines = Engines::Inline;
+    let t = campaign::run(&c, Selection::One(64)).expect("the instance builds");
+    assert!(t.passed(), "{:#?}", t.failures);
 }

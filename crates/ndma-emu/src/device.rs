@@ -38,6 +38,8 @@ pub(crate) struct DeviceCore {
     pub(crate) trace: Trace,
     /// The system's engine activity: doorbells mark engines in it, batches wake its waiters.
     pub(crate) activity: Arc<Activity>,
+    /// The access watch (off unless a caller watches for descriptor escapes).
+    pub(crate) escapes: crate::escape::EscapeWatch,
 }
 
 impl DeviceCore {
@@ -93,6 +95,7 @@ impl EmuDevice {
             resets: NcResets::new(arch),
             trace: Trace::default(),
             activity,
+            escapes: crate::escape::EscapeWatch::default(),
         };
         Ok(EmuDevice { core: Arc::new(core), bar0: Bar0Map::new(arch), arch })
     }

@@ -635,6 +635,7 @@ impl Engine {
         if dropped {
             self.record_stop(dev, qid, StopKind::DroppedWrite, tx, rx);
         }
+        dev.escapes.check(self.id, qid, &copy);
         Ok(Op {
             copy,
             descs: 1,

@@ -29,6 +29,7 @@ mod delay;
 mod device;
 mod engine;
 mod error;
+pub mod escape;
 pub mod faults;
 mod handoff;
 pub mod hbm;
@@ -57,6 +58,7 @@ pub use clock::{ClockKind, HZ};
 pub use delay::WaitTiming;
 pub use device::EmuDevice;
 pub use error::EmuError;
+pub use escape::{AccessWindow, Escape};
 pub use faults::{
     CorruptField, CorruptOutcome, CorruptionReport, DmaFault, FaultKind, FaultPlan, PlannedFault, QUEUE_STATUS_HALTED,
 };

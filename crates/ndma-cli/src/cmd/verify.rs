@@ -31,14 +31,15 @@ failed (the command then exits 3)
   budgets              \"silicon\" or \"emulation\"
   ordering             \"adversarial\", \"relaxed\" or \"strict\"
   threads              threads issuing operations
-  paths                paths drawn from: \"classic-sync\", \"async\", \"memset\", \"copy-descriptors\"
+  paths                paths drawn from: \"classic-sync\", \"async\", \"memset\", \"copy-descriptors\",
+                       \"zero-copy-sync\", \"zero-copy-async\"
   operations           operations run
   bytes                bytes moved and verified
   corrupt              regions (window, guard or source) found holding wrong bytes
   leaks                ring slots, contexts, pool chunks, zero-copy state, engine queues or host memory
                        still held with nothing running
   uninjected_timeouts  timeouts nobody injected
-  escapes              engine accesses outside an operation's memory (0 until escape detection exists)
+  escapes              engine accesses outside the memory copy_descriptors accepted (--fuzz-descriptors)
   panics               panics caught around an operation
   unexpected           outcomes other than the one the inputs and the fault call for
   aborted              operations aborted (-EIO) by a failure elsewhere on their ring
@@ -50,15 +51,20 @@ failed (the command then exits 3)
   benign_corruptions   corruptions the model reported benign, accounted for descriptor by descriptor
   outcomes             operations by outcome: ok, timeout, retry_exhausted, aborted, async_too_large,
                        partial_descriptor, invalid_descriptor_address, invalid_queue_type, out_of_range,
-                       context_in_use, panic, ... (the op layer's error kinds)
+                       context_in_use, pin, failed (an async completion's errno), async_zerocopy_unsupported,
+                       panic, ... (the op layer's error kinds)
   faults_injected      faults that took effect, by kind: hang, delay, bandwidth, corrupt, drop_final_write,
-                       reset_window
+                       reset_window, and on the zero-copy paths hole, pin_fail, short_pin
   per_path             one object per path and direction: path, dir (h2d, d2h, d2d, h2h), operations, bytes
   slowest              the slowest operation: index, instance, path, dir, size, fault, elapsed_ms (the
                        op-layer calls alone)
   elapsed_s            wall time; ops_per_sec: operations per second
   failures             the first 20 findings: index (null for end-of-run checks), instance, kind, message,
                        op (the operation as drawn), replay (the command that replays it)
+  fuzz_descriptors     with --fuzz-descriptors (else null): iterations, descriptors (written through
+                       copy_descriptors), copies (executed from accepted rings, each checked against the
+                       accepted windows), written_despite_refusal (refused rings whose chunk changed); outcomes
+                       then counts iterations: executed, engine_fault, or the refusal's kind
   passed               true when nothing was found";
 
 /// `ndma verify`.
@@ -83,7 +89,7 @@ pub struct VerifyArgs {
     #[arg(long, value_enum, default_value = "threaded")]
     pub engines: Engines,
     /// Inject faults into a share of the operations (--fault-rate): hang, delay, bandwidth, corrupt,
-    /// drop_final_write, reset_window.
+    /// drop_final_write, reset_window; on the zero-copy paths hole, pin_fail, short_pin.
     #[arg(long, value_enum, default_value = "none")]
     pub faults: FaultMode,
     /// Share of operations that get a fault under --faults mix (0..=1).
@@ -104,6 +110,14 @@ pub struct VerifyArgs {
     /// Re-run exactly operation K of the seed's campaign and report it.
     #[arg(long, value_name = "K")]
     pub replay: Option<u64>,
+    /// Instead of transfers: N iterations of random and adversarial descriptor rings written through
+    /// copy_descriptors and run on an engine, counting escapes (engine accesses outside what the validation
+    /// accepted) and panics. Runs on two devices of the --instance's arch, inline engines.
+    #[arg(long, value_name = "N", conflicts_with_all = ["count", "duration", "replay"])]
+    pub fuzz_descriptors: Option<u64>,
+    /// With --fuzz-descriptors: start at iteration K (replays iteration K with --fuzz-descriptors 1).
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "fuzz_descriptors")]
+    pub fuzz_from: u64,
     /// Where the JSON report goes (`--json`).
     #[command(flatten)]
     pub json: JsonArg,
@@ -215,6 +229,12 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
         },
         a.threads,
         match (a.replay, bound) {
+            _ if a.fuzz_descriptors.is_some() => format!(
+                "descriptor fuzz: iterations {}..{} on two devices of {}",
+                a.fuzz_from,
+                a.fuzz_from.saturating_add(a.fuzz_descriptors.unwrap_or(0)),
+                instances[0].arch
+            ),
             (Some(k), _) => format!("replaying operation {k}"),
             (None, Bound::Count(n)) => format!("{n} operations per instance"),
             (None, Bound::Duration(d)) => format!("{} per instance", humantime::format_duration(d)),
@@ -228,7 +248,27 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
     }
     let started = Instant::now();
     let mut total = Tally::default();
-    for inst in instances {
+    let mut fuzz = None;
+    if let Some(n) = a.fuzz_descriptors {
+        let inst = instances[0];
+        let progress = progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let f = crate::verify::fuzz::run(seed, inst.arch, a.fuzz_from, n, |done| {
+            if progress {
+                eprint!("\rndma verify: {done}/{n} fuzz iterations");
+            }
+        })?;
+        if progress {
+            eprintln!();
+        }
+        total = f.tally(seed, inst.name);
+        fuzz = Some(crate::verify::summary::FuzzReport {
+            iterations: f.iterations,
+            descriptors: f.descriptors,
+            copies: f.copies,
+            written_despite_refusal: f.written_despite_refusal,
+        });
+    }
+    for inst in instances.into_iter().filter(|_| a.fuzz_descriptors.is_none()) {
         let which = a.replay.map_or(Selection::All, Selection::One);
         let t = campaign::run(&config(inst), which)?;
         let failed = !t.passed();
@@ -237,7 +277,8 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
             break;
         }
     }
-    let report = Report::new(header, &total, started.elapsed().as_secs_f64());
+    let mut report = Report::new(header, &total, started.elapsed().as_secs_f64());
+    report.fuzz_descriptors = fuzz;
     out.text(&report.render());
     if let Some(f) =
         report.failures.iter().find(|f| f.kind != FindingKind::UninjectedTimeout).or(report.failures.first())

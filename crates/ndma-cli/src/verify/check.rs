@@ -6,7 +6,7 @@ use ndma::MemChunk;
 use ndma_emu::EmuDevice;
 use serde::Serialize;
 
-use super::buffers::{read, BLOCK};
+use super::buffers::{read, with_scratch, BLOCK};
 use super::pattern::Pattern;
 use crate::error::CliResult;
 
@@ -110,33 +110,69 @@ pub fn region(
     or_poison: Option<Pattern>,
     clues: Clues,
 ) -> CliResult<Option<Mismatch>> {
-    let mut got = vec![0u8; BLOCK.min(r.len as usize)];
-    let mut want = vec![0u8; got.len()];
-    let mut alt = if or_poison.is_some() { vec![0u8; got.len()] } else { Vec::new() };
-    let mut scan = Scan::default();
-    let mut done = 0u64;
-    while done < r.len {
-        let n = (r.len - done).min(BLOCK as u64) as usize;
-        read(emu, mc, r.off + done, &mut got[..n])?;
-        expect.fill(done, &mut want[..n]);
-        let clean = match or_poison {
-            None => got[..n] == want[..n],
-            Some(p) => {
-                p.fill(r.off + done, &mut alt[..n]);
-                (0..n).all(|i| got[i] == want[i] || got[i] == alt[i])
+    region_with(|off, buf| read(emu, mc, off, buf), r, expect, or_poison, clues)
+}
+
+/// As [`region`], of memory `read(offset, buf)` reads (a user buffer: offsets from its mapping's start).
+///
+/// # Errors
+///
+/// `read`'s failures; a mismatch is `Ok(Some(_))`.
+pub fn region_with(
+    mut read: impl FnMut(u64, &mut [u8]) -> CliResult,
+    r: Region<'_>,
+    expect: Expect<'_>,
+    or_poison: Option<Pattern>,
+    clues: Clues,
+) -> CliResult<Option<Mismatch>> {
+    with_scratch(|got| {
+        let mut want = Vec::new();
+        let mut alt = Vec::new();
+        let mut scan = Scan::default();
+        let mut done = 0u64;
+        while done < r.len {
+            let n = (r.len - done).min(BLOCK as u64) as usize;
+            let got = &mut got[..n];
+            read(r.off + done, got)?;
+            // The common case, a clean block, is decided without generating the expected bytes.
+            let fast = match (or_poison, expect) {
+                (None, Expect::Pattern { pattern, at }) => Some(pattern.matches(at + done, got)),
+                // A fold with no early exit, so it vectorises.
+                (None, Expect::Byte(b)) => Some(got.iter().fold(0u8, |acc, &x| acc | (x ^ b)) == 0),
+                (None, Expect::Bytes(bytes)) => Some(*got == bytes[done as usize..done as usize + n]),
+                (Some(_), _) => None,
+            };
+            if fast == Some(true) && !scan.open() {
+                done += n as u64;
+                continue;
             }
-        };
-        if !clean || scan.open() {
-            for i in 0..n {
-                let ok = got[i] == want[i] || (or_poison.is_some() && got[i] == alt[i]);
-                if scan.step(done + i as u64, ok) {
-                    scan.capture(&got[i..n], &want[i..n]);
+            want.resize(n, 0);
+            expect.fill(done, &mut want[..n]);
+            let clean = match or_poison {
+                None => fast.unwrap_or(false),
+                Some(p) => {
+                    alt.resize(n, 0);
+                    p.fill(r.off + done, &mut alt[..n]);
+                    (0..n).all(|i| got[i] == want[i] || got[i] == alt[i])
+                }
+            };
+            if !clean || scan.open() {
+                for i in 0..n {
+                    let ok = got[i] == want[i] || (or_poison.is_some() && got[i] == alt[i]);
+                    if scan.step(done + i as u64, ok) {
+                        scan.capture(&got[i..n], &want[i..n]);
+                    }
                 }
             }
+            done += n as u64;
         }
-        done += n as u64;
-    }
-    Ok(scan.first.map(|first| {
+        Ok(report(scan, r, expect, clues))
+    })
+}
+
+/// The mismatch a finished scan of `r` describes, if any.
+fn report(scan: Scan, r: Region<'_>, expect: Expect<'_>, clues: Clues) -> Option<Mismatch> {
+    scan.first.map(|first| {
         let expected_from = match expect {
             Expect::Pattern { pattern: Pattern::Source(_), at } => Some(at + first),
             _ => None,
@@ -152,7 +188,7 @@ pub fn region(
             found: hex(&scan.found),
             diagnosis,
         }
-    }))
+    })
 }
 
 /// The mismatch scan: the first bad byte, the end of its run, the count of bad bytes.

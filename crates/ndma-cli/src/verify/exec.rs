@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use ndma::{NeuronDevice, StatsSnapshot};
+use ndma::{NeuronDevice, ResetClock, StatsSnapshot};
 
 use super::buffers::Side;
 use super::check::{self, Clues, Expect, Region};
 use super::expect::{self, Expected, Window};
-use super::fault::{self, Observed};
+use super::fault::{self, FaultKind, FaultSpec, Observed};
 use super::leaks::{self, Baseline};
 use super::op::OpSpec;
 use super::path::{self, Bed, Prepared};
@@ -40,15 +40,33 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
         }
     };
     let t0 = Instant::now();
+    let started = bed.dev.platform().jiffies();
     let ran = catch_unwind(AssertUnwindSafe(|| path::run(bed, spec, &prep)));
     rec.elapsed = t0.elapsed();
     let retries = before.as_ref().map_or(0, |b| {
         let now = bed.dev.ring_stats(spec.nc()).map_or(0, |s| s.retries);
         now.saturating_sub(b.get(&spec.nc()).map_or(0, |s| s.retries))
     });
-    let observed = armed.map(|a| a.observe(bed, retries));
+    let mut observed = armed.map(|a| a.observe(bed, retries));
     match ran {
-        Ok(ran) => judge(bed, spec, &prep, ran, observed.as_ref(), &mut rec),
+        Ok(ran) => {
+            if let (Some(o), Some(f)) = (observed.as_mut(), spec.fault) {
+                if f.kind.is_pin_fault() {
+                    pin_fault_met(spec, f, &prep, &ran, o);
+                }
+                // A reset window that was over before the operation started (the thread was descheduled
+                // between arming it and running) never applied: not met, and not a miss of the op layer's.
+                let (_, end) = bed.emu.reset_times(spec.nc());
+                if f.kind == FaultKind::ResetWindow && !o.hit && started > end {
+                    tracing::info!(op = spec.index, started, end, "reset window over before the operation started");
+                    o.missed = None;
+                }
+            }
+            judge(bed, spec, &prep, ran, observed.as_ref(), &mut rec);
+            for l in path::zerocopy_pinned(bed, &prep) {
+                rec.find(FindingKind::Leak, l);
+            }
+        }
         Err(panic) => {
             rec.outcome = "panic";
             rec.find(FindingKind::Panic, format!("the op layer panicked: {}", panic_message(&*panic)));
@@ -62,6 +80,32 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
     rec
 }
 
+/// Did the pin fault `f` take effect? A hole when the request failed with the partial pin's errno, an injected
+/// pin fault when its plan entry was consumed (the plan is emptied either way).
+fn pin_fault_met(spec: &OpSpec, f: FaultSpec, prep: &Prepared, ran: &path::Ran, o: &mut Observed) {
+    let Some(user) = &prep.user else { return };
+    let errno = path::zerocopy_pin_errno(spec);
+    let plan = user.mm.pin_faults();
+    // A pin failure is met when the slow pin it plans fails (a deferred piece is pinned by the completion
+    // thread on the slow path alone, so the fast entry may stay); a short pin when its entry fired.
+    let consumed = match f.kind {
+        FaultKind::PinFail => !plan
+            .entries()
+            .iter()
+            .any(|e| matches!(e, ndma_emu::PinFault::Fail { path: Some(ndma_emu::PinPath::Slow), .. })),
+        _ => plan.entries().is_empty(),
+    };
+    plan.clear();
+    let (hit, why) = match f.kind {
+        FaultKind::Hole => {
+            (ran.result.as_ref().is_err_and(|e| Some(e.errno()) == errno), "the request did not fail at the hole")
+        }
+        _ => (consumed, "the pin call it was planned for never came"),
+    };
+    o.hit = hit;
+    o.missed = (!hit).then(|| format!("{}: {why}", f.describe()));
+}
+
 /// Outcome, fault and bytes of a run that returned.
 fn judge(
     bed: Bed<'_>,
@@ -72,6 +116,9 @@ fn judge(
     rec: &mut OpRecord,
 ) {
     rec.outcome = expect::outcome_kind(&ran.result);
+    for c in &ran.cqe_findings {
+        rec.find(FindingKind::Leak, format!("completion accounting: {c}"));
+    }
     let ring = bed.dev.h2t_queue(spec.nc()).unwrap_or((u32::MAX, u32::MAX));
     let refusal = path::refusal(spec, prep);
     let expected = Expected::of(spec, refusal.clone(), observed, ring);
@@ -116,7 +163,11 @@ fn judge(
     // A faulted operation's work is measured afterwards; an ordinary one's is what the plan says, unless it
     // failed without a fault to explain it.
     if spec.fault.is_none() && as_expected {
-        rec.work = Work::Planned(plan::ring_work(spec, refusal.map(|(at, _)| at)));
+        rec.work = if spec.path.is_zerocopy() {
+            Work::Planned(path::zerocopy_ring_work(bed, spec, prep, refusal.is_some()))
+        } else {
+            Work::Planned(plan::ring_work(spec, refusal.map(|(at, _)| at)))
+        };
     }
     // A corruption that executed: the bytes of its one descriptor may be anything.
     let excused = observed.and_then(Observed::benign).and_then(|c| {
@@ -127,7 +178,12 @@ fn judge(
     });
     for i in 0..spec.segments.len() {
         let w = expect::window(&ran.result, ran.fail_at, i);
-        match check_segment(bed, spec, prep, i, w, excused) {
+        let checked = if spec.path.is_zerocopy() {
+            path::zerocopy_check(bed, spec, prep, w)
+        } else {
+            check_segment(bed, spec, prep, i, w, excused)
+        };
+        match checked {
             Ok(mismatches) => {
                 if mismatches.is_empty() && w == Window::Written {
                     rec.moved += spec.segments[i].size;

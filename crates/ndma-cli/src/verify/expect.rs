@@ -21,6 +21,11 @@ pub enum Expected {
     /// Success, or [`NdmaError::RetryExhausted`] after [`ndma::MAX_RESET_WINDOW_REPLAYS`]: an injected reset
     /// window outlasted the operation's bounded replays.
     OkOrRetryExhausted,
+    /// A pin failure with this errno: `Pin` from the call, or (async) the completion's `Failed`.
+    PinFailed {
+        /// The negative errno.
+        errno: i32,
+    },
     /// `-ETIMEDOUT` on queue `qid` of engine `eng` (an injected hang, lost marker or caught corruption).
     Timeout {
         /// The ring's engine.
@@ -42,6 +47,9 @@ impl Expected {
                 Expected::Timeout { eng: ring.0, qid: ring.1 }
             }
             (Some(_), Some(o)) if o.reset_outlasted_op => Expected::OkOrRetryExhausted,
+            (Some(f), Some(_)) if f.expectation() == Expectation::PinError => {
+                super::path::zerocopy_pin_errno(spec).map_or(Expected::Ok, |errno| Expected::PinFailed { errno })
+            }
             _ => Expected::Ok,
         }
     }
@@ -55,6 +63,9 @@ impl Expected {
             }
             (Expected::Refused { at, err }, Err(e)) => e == err && *at == fail_at,
             (Expected::Timeout { eng, qid }, Err(NdmaError::Timeout { eng: e, qid: q, .. })) => e == eng && q == qid,
+            (Expected::PinFailed { errno }, Err(NdmaError::Pin { errno: e, .. } | NdmaError::Failed { errno: e })) => {
+                e == errno
+            }
             _ => false,
         }
     }
@@ -75,6 +86,7 @@ pub fn is_refusal(e: &NdmaError) -> bool {
             | NdmaError::PartialDescriptor(_)
             | NdmaError::InvalidDescriptorAddress { .. }
             | NdmaError::NotHostMemory { .. }
+            | NdmaError::AsyncZeroCopyUnsupported
     )
 }
 
@@ -143,6 +155,10 @@ pub fn outcome_kind(r: &Result<(), NdmaError>) -> &'static str {
         NdmaError::PartialDescriptor(_) => "partial_descriptor",
         NdmaError::InvalidDescriptorAddress { .. } => "invalid_descriptor_address",
         NdmaError::RetryExhausted { .. } => "retry_exhausted",
+        NdmaError::Pin { .. } => "pin",
+        NdmaError::Failed { .. } => "failed",
+        NdmaError::AsyncZeroCopyUnsupported => "async_zerocopy_unsupported",
+        NdmaError::QueueFull { .. } => "queue_full",
         _ => "other",
     }
 }

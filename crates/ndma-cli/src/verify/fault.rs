@@ -20,7 +20,7 @@ use ndma_emu::{CorruptOutcome, CorruptionReport, DmaFault, EngineStats, PlannedF
 use rand::RngExt;
 use serde::Serialize;
 
-use super::path::Bed;
+use super::path::{Bed, PathKind};
 use super::rng::{derive, OpRng};
 use crate::error::{CliResult, OpContext};
 
@@ -40,6 +40,12 @@ pub enum FaultKind {
     DropFinalWrite,
     /// A reset of the operation's NeuronCore is in progress when it starts.
     ResetWindow,
+    /// Zero-copy: a page of the user window is not mapped.
+    Hole,
+    /// Zero-copy: the `n`th pin call fails.
+    PinFail,
+    /// Zero-copy: the `n`th fast pin comes back short.
+    ShortPin,
 }
 
 /// What an operation must do under a fault.
@@ -49,18 +55,33 @@ pub enum Expectation {
     Timeout,
     /// Succeed with every byte right.
     Success,
+    /// Fail with a pin's errno.
+    PinError,
 }
 
 impl FaultKind {
     /// Every kind, in registry order.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Hang,
         FaultKind::Delay,
         FaultKind::Bandwidth,
         FaultKind::Corrupt,
         FaultKind::DropFinalWrite,
         FaultKind::ResetWindow,
+        FaultKind::Hole,
+        FaultKind::PinFail,
+        FaultKind::ShortPin,
     ];
+
+    /// A pin fault (of the zero-copy paths)?
+    pub fn is_pin_fault(self) -> bool {
+        matches!(self, FaultKind::Hole | FaultKind::PinFail | FaultKind::ShortPin)
+    }
+
+    /// Can an operation of `path` meet it?
+    pub fn applies_to(self, path: PathKind) -> bool {
+        self.is_pin_fault() == path.is_zerocopy()
+    }
 
     /// Does the operation have to time out to meet it? (Not under emulation budgets: a timeout there takes
     /// minutes.) A reset window does on V2, where the queue hangs until the op layer's wait times out.
@@ -69,6 +90,7 @@ impl FaultKind {
             FaultKind::Hang | FaultKind::DropFinalWrite | FaultKind::Corrupt => true,
             FaultKind::ResetWindow => retry_arch,
             FaultKind::Delay | FaultKind::Bandwidth => false,
+            FaultKind::Hole | FaultKind::PinFail | FaultKind::ShortPin => false,
         }
     }
 
@@ -81,6 +103,9 @@ impl FaultKind {
             FaultKind::Corrupt => "corrupt",
             FaultKind::DropFinalWrite => "drop_final_write",
             FaultKind::ResetWindow => "reset_window",
+            FaultKind::Hole => "hole",
+            FaultKind::PinFail => "pin_fail",
+            FaultKind::ShortPin => "short_pin",
         }
     }
 }
@@ -110,6 +135,8 @@ impl FaultSpec {
             // Jiffies (ms): shorter than the first timeout of a small batch (tens of ms), so one replay
             // finds the reset over.
             FaultKind::ResetWindow => (rng.random_range(5..=20), false),
+            // Drawn by the zero-copy path, which knows the window (see `path::zerocopy_fault`).
+            FaultKind::Hole | FaultKind::PinFail | FaultKind::ShortPin => (0, false),
         };
         FaultSpec { kind, param, all_engines }
     }
@@ -123,6 +150,9 @@ impl FaultSpec {
             FaultKind::Bandwidth => format!("bandwidth {} MB/s{scope}", self.param / 1_000_000),
             FaultKind::Corrupt => format!("corrupt fetch {}", self.param),
             FaultKind::ResetWindow => format!("reset_window {} jiffies", self.param),
+            FaultKind::Hole => format!("hole at window page {}", self.param),
+            FaultKind::PinFail => format!("pin of piece {} fails", self.param),
+            FaultKind::ShortPin => format!("fast pin {} comes back short", self.param),
         }
     }
 
@@ -131,7 +161,11 @@ impl FaultSpec {
     pub fn expectation(&self) -> Expectation {
         match self.kind {
             FaultKind::Hang | FaultKind::DropFinalWrite | FaultKind::Corrupt => Expectation::Timeout,
-            FaultKind::Delay | FaultKind::Bandwidth | FaultKind::ResetWindow => Expectation::Success,
+            FaultKind::Delay | FaultKind::Bandwidth | FaultKind::ResetWindow | FaultKind::ShortPin => {
+                Expectation::Success
+            }
+            // The errno depends on where the fault falls (`path::zerocopy_pin_errno`).
+            FaultKind::Hole | FaultKind::PinFail => Expectation::PinError,
         }
     }
 }
@@ -214,6 +248,8 @@ pub fn arm(bed: Bed<'_>, spec: FaultSpec, op_seed: u64, nc: u32) -> CliResult<Ar
         FaultKind::ResetWindow => {
             bed.emu.reset_nc(nc, spec.param);
         }
+        // Armed on the user address space by the zero-copy path.
+        FaultKind::Hole | FaultKind::PinFail | FaultKind::ShortPin => {}
     }
     let reset_in_progress = bed.emu.nc_reset_in_progress(nc);
     Ok(Armed { spec, nc, eng, corruptions_before, engine_before, reset_in_progress })
@@ -249,6 +285,8 @@ impl Armed {
             ),
             FaultKind::ResetWindow if v2 => (retries > 0, "no reset-window retry on V2"),
             FaultKind::ResetWindow => (self.reset_in_progress, "the reset was over before the operation"),
+            // Judged by the caller, which has the user buffer and the outcome.
+            FaultKind::Hole | FaultKind::PinFail | FaultKind::ShortPin => (true, ""),
         };
         if self.spec.kind == FaultKind::ResetWindow {
             wait_reset_over(bed, self.nc);

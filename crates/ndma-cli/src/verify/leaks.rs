@@ -102,6 +102,14 @@ pub fn instance(tb: &Testbed, base: &Baseline) -> Vec<String> {
             device(Bed { dev, emu }, i, base)
         })
         .collect();
+    let frames = tb.emu.host().frames().leak_check();
+    if !frames.is_clean() {
+        leaks.push(format!("user frames: {frames:?} (pins left behind)"));
+    }
+    let ranges = tb.system.pinned_ranges();
+    if ranges > 0 {
+        leaks.push(format!("{ranges} pre-pinned ranges still registered"));
+    }
     let free = tb.emu.host().free_bytes();
     if free != base.host_free {
         leaks.push(format!(

@@ -30,6 +30,7 @@ pub mod config;
 pub mod exec;
 pub mod expect;
 pub mod fault;
+pub mod fuzz;
 pub mod leaks;
 pub mod op;
 pub mod path;

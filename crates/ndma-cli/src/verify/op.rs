@@ -39,6 +39,27 @@ pub struct DescriptorDraw {
     pub invalid_at: Option<u64>,
 }
 
+/// How the frames of a zero-copy user buffer are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ZcLayout {
+    /// One physically contiguous run.
+    Contiguous,
+    /// No two pages on consecutive frames.
+    Scattered,
+    /// Runs of this many consecutive frames.
+    Runs(u32),
+}
+
+/// A zero-copy operation's own draws (the segment's `src_off` is the user window's page offset, `dst_off` the
+/// device window's offset beyond its guard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ZcDraw {
+    /// An async request (one completion) rather than a synchronous one.
+    pub is_async: bool,
+    /// The user buffer's frames.
+    pub layout: ZcLayout,
+}
+
 /// What a path draws beyond its segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Detail {
@@ -56,6 +77,8 @@ pub enum Detail {
     },
     /// User descriptors copied in through `copy_descriptors`.
     CopyDescriptors(DescriptorDraw),
+    /// `zerocopy_submit` of a user buffer.
+    ZeroCopy(ZcDraw),
 }
 
 /// One operation.
@@ -136,6 +159,8 @@ pub struct DrawContext {
     pub fault_kinds: Vec<FaultKind>,
     /// Share of segments drawn from the large size classes.
     pub big_rate: f64,
+    /// The instance has async zero-copy (V3): a faulted async zero-copy operation must reach the engine.
+    pub async_zerocopy: bool,
 }
 
 /// The state of one operation's draw, handed to its path.
@@ -195,10 +220,14 @@ impl OpSpec {
     pub fn draw(ctx: &DrawContext, index: u64) -> OpSpec {
         let mut rng = op_rng(ctx.seed, index);
         let seed = rng.random();
-        let faulted = ctx.faults == FaultMode::Mix
+        let mut faulted = ctx.faults == FaultMode::Mix
             && !ctx.fault_kinds.is_empty()
             && rng.random_bool(ctx.fault_rate.clamp(0.0, 1.0));
         let path = ctx.paths[rng.random_range(0..ctx.paths.len())];
+        // The kinds that apply to the path (pin faults to zero-copy, engine faults to the rest); an async
+        // zero-copy request on an arch without it is refused before any pin.
+        let kinds: Vec<FaultKind> = ctx.fault_kinds.iter().copied().filter(|k| k.applies_to(path)).collect();
+        faulted &= !kinds.is_empty() && (path != PathKind::ZeroCopyAsync || ctx.async_zerocopy);
         let mut d = Draw { rng, ctx, faulted };
         let (device, nc) = d.ring();
         let drawn = path::draw(path, &mut d, nc);
@@ -213,9 +242,13 @@ impl OpSpec {
             fault: None,
         };
         if faulted {
-            let kind = ctx.fault_kinds[d.rng.random_range(0..ctx.fault_kinds.len())];
-            let pairs = plan::fetch_order(&spec).len() as u64;
-            spec.fault = Some(FaultSpec::draw(&mut d.rng, kind, pairs));
+            let kind = kinds[d.rng.random_range(0..kinds.len())];
+            spec.fault = Some(if kind.is_pin_fault() {
+                path::zerocopy_fault(&mut d.rng, kind, &mut spec)
+            } else {
+                let pairs = plan::fetch_order(&spec).len() as u64;
+                FaultSpec::draw(&mut d.rng, kind, pairs)
+            });
         }
         spec
     }
@@ -235,6 +268,7 @@ mod tests {
             fault_rate: 0.5,
             fault_kinds: FaultKind::ALL.to_vec(),
             big_rate: 0.0,
+            async_zerocopy: true,
         }
     }
 
@@ -255,6 +289,10 @@ mod tests {
             let s = OpSpec::draw(&c, i);
             if let Some(f) = s.fault {
                 faulted += 1;
+                if f.kind.is_pin_fault() {
+                    // Pin faults need no timeout: an async one may span several pieces.
+                    continue;
+                }
                 // copy_descriptors rounds a faulted size up to whole descriptors.
                 assert!(s.segments.iter().all(|g| g.nc == s.nc() && g.size > 0 && g.size <= 131_088), "{s:?}");
                 if f.kind == FaultKind::Corrupt {

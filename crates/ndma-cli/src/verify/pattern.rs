@@ -73,6 +73,33 @@ impl Pattern {
         }
     }
 
+    /// Do `got` hold exactly the bytes at chunk offsets `[offset, offset + got.len())`? Compares word by
+    /// word as it generates, without a buffer of expected bytes (the campaign's common case: a clean region).
+    pub fn matches(self, offset: u64, got: &[u8]) -> bool {
+        let mut pos = 0usize;
+        while pos < got.len() && (offset + pos as u64) % 8 != 0 {
+            if got[pos] != self.byte(offset + pos as u64) {
+                return false;
+            }
+            pos += 1;
+        }
+        let first_word = (offset + pos as u64) / 8;
+        let parts = self.parts();
+        let mut words = got[pos..].chunks_exact(8);
+        // Fold the differences of a run of words so the loop has no early exit to break its pipelining.
+        let mut diff = 0u64;
+        for (i, c) in (&mut words).enumerate() {
+            let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            diff |= w ^ Self::word_of(first_word + i as u64, parts);
+        }
+        if diff != 0 {
+            return false;
+        }
+        let tail = words.remainder();
+        let at = offset + (got.len() - tail.len()) as u64;
+        tail.iter().enumerate().all(|(i, &b)| b == self.byte(at + i as u64))
+    }
+
     /// The first chunk offset in `[0, limit)` whose bytes are `needle` (at most 64 MiB are searched).
     pub fn find(self, needle: &[u8], limit: u64) -> Option<u64> {
         const BLOCK: u64 = 1 << 20;
@@ -116,6 +143,22 @@ mod tests {
                 }
             }
             assert_eq!(p.byte(77), whole[77]);
+        }
+    }
+
+    #[test]
+    fn matches_agrees_with_fill() {
+        let p = Pattern::Source(21);
+        let whole = bytes(p, 0, 300);
+        for off in 0..20usize {
+            for len in [0, 1, 7, 8, 9, 64, 201] {
+                assert!(p.matches(off as u64, &whole[off..off + len]), "off {off} len {len}");
+                let mut bad = whole[off..off + len].to_vec();
+                if let Some(b) = bad.get_mut(len / 2) {
+                    *b ^= 1;
+                    assert!(!p.matches(off as u64, &bad), "off {off} len {len}");
+                }
+            }
         }
     }
 

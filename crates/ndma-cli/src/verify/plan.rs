@@ -102,6 +102,8 @@ fn copies(spec: &OpSpec, refused_at: Option<usize>) -> Vec<Copy> {
             let first = size.min(MEMSET_HOST_BUF_SIZE);
             vec![Copy { nc, segment: 0, at: 0, size: first }, Copy { nc, segment: 0, at: first, size: size - first }]
         }
+        // Planned over the user buffer's frames (`path::zerocopy_ring_work`).
+        PathKind::ZeroCopySync | PathKind::ZeroCopyAsync => Vec::new(),
         PathKind::CopyDescriptors => {
             let by_dma = refused_at.is_none() && !spec.dir.dst_host();
             if by_dma {

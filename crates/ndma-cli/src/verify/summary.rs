@@ -273,8 +273,23 @@ pub struct Report {
     pub ops_per_sec: f64,
     /// The first failures.
     pub failures: Vec<Failure>,
+    /// `--fuzz-descriptors`: what the descriptor fuzz did (null for a transfer campaign).
+    pub fuzz_descriptors: Option<FuzzReport>,
     /// No finding at all.
     pub passed: bool,
+}
+
+/// The `fuzz_descriptors` object of the JSON.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FuzzReport {
+    /// Iterations (rings pairs) run.
+    pub iterations: u64,
+    /// Descriptors written through `copy_descriptors`.
+    pub descriptors: u64,
+    /// Copies the engine executed from accepted rings, each inside the accepted windows.
+    pub copies: u64,
+    /// Refused rings whose chunk was written anyway.
+    pub written_despite_refusal: u64,
 }
 
 /// What the report says about the campaign besides its tally.
@@ -351,6 +366,7 @@ impl Report {
                 f.sort_by_key(|f| (f.index.is_none(), f.index));
                 f
             },
+            fuzz_descriptors: None,
             passed: t.passed(),
         }
     }

@@ -45,7 +45,7 @@ pub(crate) struct CtxQueue {
 pub(crate) enum DrainStep<'a> {
     /// Wait for the submitted context in this slot.
     Wait(u32, &'a ZcContext),
-    /// Make the writes of the waited pieces land (a fence batch using this slot's marker).
+    /// Make the writes of the request's issued pieces land (a fence batch using this free slot's marker).
     Fence(u32),
 }
 
@@ -247,15 +247,17 @@ impl CtxQueue {
     /// `ndma_ctx_queue_drain_sequence`: the failure path of one request. Every context of `seq` except slot
     /// `keep` is released (tombstoned). First each submitted one is waited for with
     /// `step(DrainStep::Wait(slot, ctx))` — until a wait fails, after which the rest are released without
-    /// waiting (the caller then re-initialises the ring). When every wait succeeded and one of the waited
-    /// pieces wrote device memory, `step(DrainStep::Fence(slot))` (the slot of such a piece, free to reuse)
-    /// must make those writes land: only the request's last piece carries the write barrier, and a failed
-    /// request never issues it. Nothing is released before that, so the pieces' target chunks stay alive until
-    /// their writes have landed. Cursors then skip the tombstones. Returns the first error.
+    /// waiting (the caller then re-initialises the ring). Then, when every wait succeeded and the request
+    /// wrote device memory (`fence`, or a waited piece that did), `step(DrainStep::Fence(slot))` must make
+    /// the writes of its pieces land — those waited here and those retired before: only a request's last
+    /// piece carries the write barrier, and a failed request never issues it. The slot is the tail's, which
+    /// is never in use. Nothing is released before that, so the pieces' target chunk stays alive until their
+    /// writes have landed. Cursors then skip the tombstones. Returns the first error.
     pub(crate) fn drain_sequence(
         &mut self,
         seq: u64,
         keep: Option<u32>,
+        fence: bool,
         mut step: impl FnMut(DrainStep<'_>) -> Result<()>,
     ) -> Result<()> {
         let slots: Vec<u32> = self
@@ -267,18 +269,16 @@ impl CtxQueue {
             })
             .collect();
         let mut result = Ok(());
-        let mut fence = None;
+        let mut fence = fence;
         for &i in &slots {
             let ctx = &self.entries[i as usize];
             if ctx.state == ZcState::Submitted && result.is_ok() {
                 result = step(DrainStep::Wait(i, ctx));
-                if ctx.to_device {
-                    fence = Some(i);
-                }
+                fence |= ctx.to_device;
             }
         }
-        if let (Ok(()), Some(i)) = (&result, fence) {
-            result = step(DrainStep::Fence(i));
+        if result.is_ok() && fence {
+            result = step(DrainStep::Fence(self.tail));
         }
         for i in slots {
             self.release(i);
@@ -510,7 +510,7 @@ mod tests {
                     }
                     Op::DrainSequence(seq) => {
                         let mut waited = Vec::new();
-                        q.drain_sequence(seq, None, |step| {
+                        q.drain_sequence(seq, None, false, |step| {
                             if let DrainStep::Wait(_, c) = step {
                                 waited.push(c.host_addr);
                             }

@@ -154,7 +154,8 @@ impl NeuronDevice {
             result = g.zc_finish_sync();
         }
         if result.is_err() {
-            g.zc_drain_sequence(sequence_num, None);
+            // Pieces issued before the failure may have their device writes in flight: fence them.
+            g.zc_drain_sequence(sequence_num, None, to_device);
         }
         drop(g);
         if let (Ok(()), Some(bit)) = (&result, bit) {

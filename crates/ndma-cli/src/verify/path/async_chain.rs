@@ -41,10 +41,10 @@ pub(super) fn run(bed: Bed<'_>, spec: &OpSpec, p: &Prepared) -> Ran {
         let t = Transfer::new(&src.chunk, &m.dst.chunk, s.size).src_offset(src.lead).dst_offset(m.dst.lead);
         if let Err(e) = pipe.submit(&t) {
             // After an error the chain is empty: nothing is left to drain.
-            return Ran { result: Err(e), fail_at: i };
+            return Ran { result: Err(e), fail_at: i, cqe_findings: Vec::new() };
         }
     }
-    Ran { result: pipe.finish(), fail_at: spec.segments.len() }
+    Ran { result: pipe.finish(), fail_at: spec.segments.len(), cqe_findings: Vec::new() }
 }
 
 /// The first copy too large for one batch is refused.

@@ -30,5 +30,5 @@ pub(super) fn run(bed: Bed<'_>, spec: &OpSpec, p: &Prepared) -> Ran {
         }
         _ => bed.dev.memcpy_mc(&src.chunk, &dst.chunk, src.lead, dst.lead, len),
     };
-    Ran { result, fail_at: 0 }
+    Ran { result, fail_at: 0, cqe_findings: Vec::new() }
 }

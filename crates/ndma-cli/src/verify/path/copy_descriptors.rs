@@ -100,6 +100,7 @@ pub(super) fn prepare(bed: Bed<'_>, spec: &OpSpec) -> CliResult<Prepared> {
         descriptors: buf,
         host_target,
         refusal,
+        user: None,
     })
 }
 
@@ -110,5 +111,5 @@ pub(super) fn run(bed: Bed<'_>, spec: &OpSpec, p: &Prepared) -> Ran {
     let s = spec.segments[0];
     let dst = &p.segments[0].dst;
     let result = bed.dev.copy_descriptors(&p.descriptors, s.src_off, &dst.chunk, dst.lead, s.size, draw.queue_type);
-    Ran { result, fail_at: 0 }
+    Ran { result, fail_at: 0, cqe_findings: Vec::new() }
 }

@@ -30,5 +30,5 @@ pub(super) fn prepare(bed: Bed<'_>, spec: &OpSpec) -> CliResult<Prepared> {
 pub(super) fn run(bed: Bed<'_>, spec: &OpSpec, p: &Prepared) -> Ran {
     let Detail::Memset { value } = spec.detail else { unreachable!("a memset operation has memset details") };
     let dst = &p.segments[0].dst;
-    Ran { result: bed.dev.memset(&dst.chunk, dst.lead, value, dst.len), fail_at: 0 }
+    Ran { result: bed.dev.memset(&dst.chunk, dst.lead, value, dst.len), fail_at: 0, cqe_findings: Vec::new() }
 }

@@ -6,6 +6,9 @@ mod async_chain;
 mod classic;
 mod copy_descriptors;
 mod memset;
+mod zerocopy;
+
+pub use zerocopy::{pieces as zerocopy_pieces, pin_errno as zerocopy_pin_errno, UserMem, ZC_PID};
 
 use ndma::{NdmaError, NeuronDevice};
 use ndma_emu::EmuDevice;
@@ -31,12 +34,22 @@ pub enum PathKind {
     Memset,
     /// `copy_descriptors`: user descriptors validated, then copied into a host or device chunk.
     CopyDescriptors,
+    /// `zerocopy_submit` with sequence number 0: a user buffer to or from device memory, done on return.
+    ZeroCopySync,
+    /// `zerocopy_submit` of an async request: done when its one completion arrives (V2: refused).
+    ZeroCopyAsync,
 }
 
 impl PathKind {
     /// Every path, in registry order.
-    pub const ALL: [PathKind; 4] =
-        [PathKind::ClassicSync, PathKind::Async, PathKind::Memset, PathKind::CopyDescriptors];
+    pub const ALL: [PathKind; 6] = [
+        PathKind::ClassicSync,
+        PathKind::Async,
+        PathKind::Memset,
+        PathKind::CopyDescriptors,
+        PathKind::ZeroCopySync,
+        PathKind::ZeroCopyAsync,
+    ];
 
     /// The name on the command line and in JSON.
     pub fn name(self) -> &'static str {
@@ -45,6 +58,8 @@ impl PathKind {
             PathKind::Async => "async",
             PathKind::Memset => "memset",
             PathKind::CopyDescriptors => "copy-descriptors",
+            PathKind::ZeroCopySync => "zero-copy-sync",
+            PathKind::ZeroCopyAsync => "zero-copy-async",
         }
     }
 
@@ -54,7 +69,14 @@ impl PathKind {
             PathKind::ClassicSync | PathKind::Async => &Dir::ALL,
             // By the chunk written: memset fills it from a host buffer, copy_descriptors from user memory.
             PathKind::Memset | PathKind::CopyDescriptors => &[Dir::H2d, Dir::H2h],
+            // The user buffer is the host side.
+            PathKind::ZeroCopySync | PathKind::ZeroCopyAsync => &[Dir::H2d, Dir::D2h],
         }
+    }
+
+    /// A zero-copy path?
+    pub fn is_zerocopy(self) -> bool {
+        matches!(self, PathKind::ZeroCopySync | PathKind::ZeroCopyAsync)
     }
 }
 
@@ -76,7 +98,47 @@ pub fn draw(path: PathKind, d: &mut Draw<'_>, nc: u32) -> Drawn {
         PathKind::Async => async_chain::draw(d, nc),
         PathKind::Memset => memset::draw(d, nc),
         PathKind::CopyDescriptors => copy_descriptors::draw(d, nc),
+        PathKind::ZeroCopySync => zerocopy::draw(d, nc, false),
+        PathKind::ZeroCopyAsync => zerocopy::draw(d, nc, true),
     }
+}
+
+/// A pin fault of `kind` for the zero-copy operation `spec` (which it may enlarge).
+pub fn zerocopy_fault(
+    rng: &mut super::rng::OpRng,
+    kind: super::fault::FaultKind,
+    spec: &mut OpSpec,
+) -> super::fault::FaultSpec {
+    zerocopy::draw_fault(rng, kind, spec)
+}
+
+/// Checks a zero-copy operation's bytes (see [`zerocopy::check`]).
+///
+/// # Errors
+///
+/// Read failures.
+pub fn zerocopy_check(bed: Bed<'_>, spec: &OpSpec, p: &Prepared, w: super::expect::Window) -> CliResult<Vec<String>> {
+    zerocopy::check(bed, spec, p, w)
+}
+
+/// The ring counters a zero-copy operation moves (see [`zerocopy::ring_work`]).
+pub fn zerocopy_ring_work(
+    bed: Bed<'_>,
+    spec: &OpSpec,
+    p: &Prepared,
+    refused: bool,
+) -> std::collections::BTreeMap<u32, super::plan::RingWork> {
+    zerocopy::ring_work(bed, spec, p, refused)
+}
+
+/// User frames a zero-copy operation left pinned.
+pub fn zerocopy_pinned(bed: Bed<'_>, p: &Prepared) -> Vec<String> {
+    zerocopy::pinned_frames(bed, p)
+}
+
+/// Does NC `nc`'s ring take async zero-copy requests?
+pub fn zerocopy_async_supported(bed: Bed<'_>, nc: u32) -> bool {
+    zerocopy::async_supported(bed, nc)
 }
 
 /// The device an operation runs on.
@@ -110,8 +172,11 @@ pub struct Prepared {
     pub descriptors: Vec<u8>,
     /// `copy_descriptors`: the host chunk valid host descriptors point into.
     pub host_target: Option<Side>,
-    /// `copy_descriptors`: the error the validation must return (it depends on where chunks landed).
+    /// `copy_descriptors`: the error the validation must return (it depends on where chunks landed); zero-copy
+    /// async: the refusal of an arch without it.
     pub refusal: Option<NdmaError>,
+    /// Zero-copy: the user buffer (its address space is entered on the thread until this drops).
+    pub user: Option<UserMem>,
 }
 
 impl Prepared {
@@ -149,6 +214,7 @@ pub fn prepare(bed: Bed<'_>, spec: &OpSpec) -> CliResult<Prepared> {
         PathKind::Async => async_chain::prepare(bed, spec),
         PathKind::Memset => memset::prepare(bed, spec),
         PathKind::CopyDescriptors => copy_descriptors::prepare(bed, spec),
+        PathKind::ZeroCopySync | PathKind::ZeroCopyAsync => zerocopy::prepare(bed, spec),
     }
 }
 
@@ -159,6 +225,8 @@ pub struct Ran {
     pub result: Result<(), NdmaError>,
     /// The segment whose call returned the error (the number of segments when the final wait did).
     pub fail_at: usize,
+    /// Async zero-copy: completions lost, duplicated or not the request's.
+    pub cqe_findings: Vec<String>,
 }
 
 /// Runs `spec` on the op layer.
@@ -168,6 +236,7 @@ pub fn run(bed: Bed<'_>, spec: &OpSpec, p: &Prepared) -> Ran {
         PathKind::Async => async_chain::run(bed, spec, p),
         PathKind::Memset => memset::run(bed, spec, p),
         PathKind::CopyDescriptors => copy_descriptors::run(bed, spec, p),
+        PathKind::ZeroCopySync | PathKind::ZeroCopyAsync => zerocopy::run(bed, spec, p),
     }
 }
 
@@ -179,7 +248,7 @@ pub fn written<'a>(spec: &OpSpec, p: &'a Prepared, i: usize) -> Expect<'a> {
             let s = &spec.segments[i];
             Expect::Bytes(&p.descriptors[s.src_off as usize..(s.src_off + s.size) as usize])
         }
-        Detail::Classic { .. } | Detail::Async => {
+        Detail::Classic { .. } | Detail::Async | Detail::ZeroCopy(_) => {
             let m = &p.segments[i];
             Expect::Pattern { pattern: m.src_pattern, at: m.src.as_ref().map_or(0, |s| s.lead) }
         }
@@ -190,7 +259,9 @@ pub fn written<'a>(spec: &OpSpec, p: &'a Prepared, i: usize) -> Expect<'a> {
 pub fn refusal(spec: &OpSpec, p: &Prepared) -> Option<(usize, NdmaError)> {
     match spec.path {
         PathKind::Async => async_chain::refusal(spec),
-        PathKind::CopyDescriptors => p.refusal.clone().map(|e| (0, e)),
+        PathKind::CopyDescriptors | PathKind::ZeroCopySync | PathKind::ZeroCopyAsync => {
+            p.refusal.clone().map(|e| (0, e))
+        }
         PathKind::ClassicSync | PathKind::Memset => None,
     }
 }
