@@ -285,6 +285,35 @@ fn a_hole_fails_the_request_and_releases_every_pin() {
     z.assert_no_leaks("after");
 }
 
+/// A request that fails after some of its pieces were issued leaves none of their device writes in flight:
+/// only its last piece would have carried the write barrier, so without a fence the model's adversarial
+/// ordering keeps those HBM writes posted past the error, free to land after the caller reused the memory.
+#[test]
+fn a_failed_request_leaves_no_device_write_in_flight() {
+    for arch in [Arch::V2, Arch::V3] {
+        let z = Zc::new(arch, ExecPolicy::Inline);
+        let dev = z.dev();
+        let (eng, _) = dev.h2t_queue(0).unwrap();
+        // 200 pages with a hole at page 150: the pieces before it are issued, the one holding it fails to pin.
+        let va = z.mm.map(&MapSpec::new(200, Placement::Contiguous).holes([150])).unwrap();
+        let data: Vec<u8> = (0..150 * PAGE).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+        z.mm.write(va, &data).unwrap();
+        let mc = alloc(dev, false, 200 * PAGE, 0).unwrap();
+        let before = dev.ring_stats(0).unwrap();
+        let op = BatchOp { offset: 0, size: 200 * PAGE, buffer: va };
+        let err = dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap_err();
+        assert_eq!(err, NdmaError::Pin { va: va + 150 * PAGE, errno: -12 }, "{arch}");
+        let issued = dev.ring_stats(0).unwrap().zc_pieces - before.zc_pieces;
+        assert!(issued >= 1, "{arch}: pieces before the hole were issued ({issued})");
+        assert_eq!(z.emu().posted_writes(eng), 0, "{arch}: device writes still in flight after the error");
+        // What the issued pieces wrote has landed.
+        let mut got = vec![0u8; PAGE as usize];
+        z.emu().hbm_read(mc.pa(), &mut got).unwrap();
+        assert_eq!(got, data[..PAGE as usize], "{arch}: the first piece's bytes are in device memory");
+        z.assert_no_leaks(&format!("{arch}: failed request"));
+    }
+}
+
 #[test]
 fn a_short_fast_pin_falls_back_to_the_slow_path_and_a_failed_pin_is_its_errno() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
