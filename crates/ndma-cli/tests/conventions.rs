@@ -4,7 +4,6 @@
 //!
 //! No wall-clock thresholds: exit codes, parsed JSON, and the bytes written.
 
-use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Output, Stdio};
@@ -14,6 +13,8 @@ use ndma_cli::error::CliError;
 use ndma_emu::test_utils::{fill_chunk, write_chunk, Dir, Window, GUARD};
 use ndma_emu::ExecPolicy;
 use serde_json::Value;
+
+mod support;
 
 fn ndma_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ndma"));
@@ -44,56 +45,17 @@ fn json(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("ndma {all:?}: stdout is not JSON ({e}):\n{}", text(&o.stdout)))
 }
 
-/// Every object key anywhere in `v`.
-fn keys(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                out.insert(k.clone());
-                keys(x, out);
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
-        _ => {}
-    }
-}
-
-/// The README, whose CLI section documents the schemas and the exit codes.
-const README: &str = include_str!("../../../README.md");
-
-/// The words of `s` that could be JSON keys.
-fn words(s: &str) -> BTreeSet<&str> {
-    s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect()
-}
-
 /// Every key of `doc` is documented in `ndma COMMAND --help` and in the README's schema table, and `command`
 /// names the command.
 fn schema_documents(command: &str, doc: &Value) {
-    assert_eq!(doc["command"], command, "{doc}");
-    let help = text(&ok(&[command, "--help"]).stdout);
-    let row = README
-        .lines()
-        .find(|l| l.starts_with(&format!("| `{command}` |")))
-        .unwrap_or_else(|| panic!("no README schema row for {command}"));
-    // The README lists the fields of `counters` and `engine` once, in the paragraph above the table.
-    let counters = README.split("\n\n").find(|p| p.starts_with("Counters objects")).expect("README counters paragraph");
-    let (in_help, in_row, in_counters) = (words(&help), words(row), words(counters));
-    let mut ks = BTreeSet::new();
-    keys(doc, &mut ks);
-    for k in ks {
-        assert!(in_help.contains(k.as_str()), "`ndma {command} --help` does not document the JSON key {k:?}:\n{help}");
-        assert!(
-            in_row.contains(k.as_str()) || in_counters.contains(k.as_str()),
-            "the README's {command} row lacks {k:?}"
-        );
-    }
+    support::documented(command, &text(&ok(&[command, "--help"]).stdout), doc);
 }
 
 #[test]
 fn the_readme_lists_every_exit_code() {
     for c in ndma_cli::error::ExitCode::ALL {
         let row = format!("| {} | {} |", c.code(), c.name());
-        assert!(README.contains(&row), "README lacks {row:?}");
+        assert!(support::README.contains(&row), "README lacks {row:?}");
     }
 }
 

@@ -1,10 +1,11 @@
 //! `ndma inspect --state` and the ring states `ndma faults` shows (issue 11 §1): the JSON parsed and its fields
 //! matched, every key documented in the command's help and in the README.
 
-use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod support;
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ndma")).args(args).env_remove("RUST_LOG").output().expect("run ndma")
@@ -28,40 +29,6 @@ fn json(args: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("ndma {all:?}: not JSON ({e}):\n{out}"))
 }
 
-fn keys(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                out.insert(k.clone());
-                keys(x, out);
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
-        _ => {}
-    }
-}
-
-const README: &str = include_str!("../../../README.md");
-
-fn words(s: &str) -> BTreeSet<&str> {
-    s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect()
-}
-
-/// Every key of `doc` is in `ndma COMMAND --help` and in the README's row for the command (or its counters
-/// paragraph).
-fn documented(command: &str, doc: &Value) {
-    let help = ok(&[command, "--help"]);
-    let row = README.lines().find(|l| l.starts_with(&format!("| `{command}` |"))).expect("README row");
-    let counters = README.split("\n\n").find(|p| p.starts_with("Counters objects")).expect("counters paragraph");
-    let (h, r, c) = (words(&help), words(row), words(counters));
-    let mut ks = BTreeSet::new();
-    keys(doc, &mut ks);
-    for k in ks {
-        assert!(h.contains(k.as_str()), "`ndma {command} --help` lacks {k:?}");
-        assert!(r.contains(k.as_str()) || c.contains(k.as_str()), "README {command} row lacks {k:?}");
-    }
-}
-
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -69,7 +36,7 @@ fn u(v: &Value) -> u64 {
 #[test]
 fn inspect_state_json_shows_the_async_copy_in_flight_on_every_ring() {
     let v = json(&["inspect", "--state"]);
-    documented("inspect", &v);
+    support::documented("inspect", &ok(&["inspect", "--help"]), &v);
     assert_eq!(
         (v["command"].as_str(), v["mode"].as_str(), v["arch"].as_str()),
         (Some("inspect"), Some("state"), Some("v2"))
@@ -135,7 +102,7 @@ fn inspect_state_prints_the_dump_and_size_is_optional_only_with_state() {
 #[test]
 fn faults_hang_json_carries_the_ring_state_of_the_timeout() {
     let v = json(&["faults", "hang"]);
-    documented("faults", &v);
+    support::documented("faults", &ok(&["faults", "--help"]), &v);
     let steps = v["steps"].as_array().unwrap();
     let (hung, next) = (&steps[0], &steps[1]);
     assert_eq!((hung["ok"].as_bool(), hung["errno"].as_i64()), (Some(false), Some(-110)));
@@ -154,7 +121,7 @@ fn faults_hang_json_carries_the_ring_state_of_the_timeout() {
 #[test]
 fn faults_zc_hang_reports_the_devices_last_failure() {
     let v = json(&["--instance", "trn2.48xlarge", "faults", "zc-hang"]);
-    documented("faults", &v);
+    support::documented("faults", &ok(&["faults", "--help"]), &v);
     let s = &v["last_failure"];
     assert!(s["zero_copy"].is_object(), "{s}");
     assert!(s["device_diagnostics"].as_str().unwrap().contains("hung by the fault plan"), "{s}");

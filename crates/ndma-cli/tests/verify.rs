@@ -23,6 +23,8 @@ use ndma_cli::verify::summary::Tally;
 use ndma_emu::test_utils::Dir;
 use serde_json::Value;
 
+mod support;
+
 /// One V3 device: trn2.48xlarge's arch without building sixteen devices.
 const TRN2_ONE: Instance = Instance { name: "trn2-1dev", arch: udma::Arch::V3, devices: 1 };
 
@@ -241,22 +243,6 @@ fn ndma(args: &[&str]) -> std::process::Output {
         .expect("run ndma")
 }
 
-/// Every key of a document (the values of `outcomes` and `faults_injected` are counts, their keys names).
-fn keys(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                out.insert(k.clone());
-                keys(x, out);
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
-        _ => {}
-    }
-}
-
-const README: &str = include_str!("../../../README.md");
-
 #[test]
 fn the_json_parses_is_documented_and_reports_the_seed() {
     let o = ndma(&["verify", "--count", "40", "--seed", "0x2a", "--engines", "inline", "--json", "-"]);
@@ -274,13 +260,13 @@ fn the_json_parses_is_documented_and_reports_the_seed() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("seed 42"), "the seed is printed beside the JSON: {stderr}");
     let help = String::from_utf8_lossy(&ndma(&["verify", "--help"]).stdout).into_owned();
-    let row = README.lines().find(|l| l.starts_with("| `verify` |")).expect("README schema row for verify");
+    let row = support::schema_row("verify");
     let words = |s: &str| -> BTreeSet<String> {
         s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')).map(str::to_string).collect()
     };
     let (in_help, in_row) = (words(&help), words(row));
     let mut ks = BTreeSet::new();
-    keys(&v, &mut ks);
+    support::keys(&v, &mut ks);
     for k in ks {
         assert!(in_help.contains(&k), "`ndma verify --help` does not document {k:?}");
         assert!(in_row.contains(&k), "the README's verify row lacks {k:?}");

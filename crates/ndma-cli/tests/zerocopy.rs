@@ -5,10 +5,11 @@
 //!
 //! No wall-clock thresholds: exit codes and parsed JSON only.
 
-use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
+
+mod support;
 
 const PAGE: u64 = 4096;
 /// The V3 preset (async zero-copy).
@@ -38,39 +39,10 @@ fn fails(args: &[&str]) -> (Option<i32>, String) {
     (o.status.code(), text(&o.stderr))
 }
 
-const README: &str = include_str!("../../../README.md");
-
-fn words(s: &str) -> BTreeSet<&str> {
-    s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect()
-}
-
-fn keys(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                out.insert(k.clone());
-                keys(x, out);
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
-        _ => {}
-    }
-}
-
 /// Every key of `doc` is in `ndma COMMAND --help` and in the README's row for the command (or its paragraph on
 /// counters and zero-copy objects).
 fn documented(command: &str, doc: &Value) {
-    assert_eq!(doc["command"], command, "{doc}");
-    let help = text(&run(&[command, "--help"]).stdout);
-    let row = README.lines().find(|l| l.starts_with(&format!("| `{command}` |"))).expect("README schema row");
-    let objects = README.split("\n\n").find(|p| p.starts_with("Counters objects")).expect("README paragraph");
-    let (in_help, in_row, in_objects) = (words(&help), words(row), words(objects));
-    let mut ks = BTreeSet::new();
-    keys(doc, &mut ks);
-    for k in ks {
-        assert!(in_help.contains(k.as_str()), "`ndma {command} --help` lacks the JSON key {k:?}");
-        assert!(in_row.contains(k.as_str()) || in_objects.contains(k.as_str()), "README's {command} row lacks {k:?}");
-    }
+    support::documented(command, &text(&run(&[command, "--help"]).stdout), doc);
 }
 
 fn u(v: &Value) -> u64 {
