@@ -112,7 +112,7 @@ pub fn zerocopy_fault(
     zerocopy::draw_fault(rng, kind, spec)
 }
 
-/// Checks a zero-copy operation's bytes (see [`zerocopy::check`]).
+/// Checks a zero-copy operation's bytes (see `zerocopy::check`).
 ///
 /// # Errors
 ///
@@ -121,7 +121,7 @@ pub fn zerocopy_check(bed: Bed<'_>, spec: &OpSpec, p: &Prepared, w: super::expec
     zerocopy::check(bed, spec, p, w)
 }
 
-/// The ring counters a zero-copy operation moves (see [`zerocopy::ring_work`]).
+/// The ring counters a zero-copy operation moves (see `zerocopy::ring_work`).
 pub fn zerocopy_ring_work(
     bed: Bed<'_>,
     spec: &OpSpec,
