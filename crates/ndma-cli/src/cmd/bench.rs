@@ -803,17 +803,17 @@ fn latency_goals(res: &Results, g: &mut Goals) {
     g.add("idle process after 100 ms, % of a core".into(), cpu, "< 5", |v| v < 5.0);
 }
 
-/// The ratio to memcpy at the most rings against the ratio at the fewest.
+/// The lowest ratio, over the ring counts measured, of the rings' aggregate to as many memcpy threads in the
+/// same run: rings that collapse as they are added fall behind the threads. (A ratio against the one-ring
+/// ratio would read low whenever one ring beats one memcpy thread, as streaming stores let it.)
 fn scale_goal(res: &Results, g: &mut Goals) {
     let scale: Vec<&Case> = res.cases.iter().filter(|c| c.name == "scale" && c.error.is_none()).collect();
-    if let (Some(first), Some(last)) = (scale.first(), scale.last()) {
-        let v = last.ratio.zip(first.ratio).map(|(l, f)| l / f);
-        let what = format!(
-            "scale: ratio at {} rings / ratio at {} ring(s)",
-            last.rings.unwrap_or(0),
-            first.rings.unwrap_or(0)
-        );
-        g.add(what, v, "≥ 0.8 (no collapse)", |v| v >= 0.8);
+    let lowest =
+        scale.iter().filter_map(|c| c.ratio.map(|r| (r, c.rings.unwrap_or(0)))).min_by(|a, b| a.0.total_cmp(&b.0));
+    if let (Some((v, at)), Some(last)) = (lowest, scale.last()) {
+        let what =
+            format!("scale: lowest ratio to as many memcpy threads, 1..{} rings (at {at})", last.rings.unwrap_or(0));
+        g.add(what, Some(v), "≥ 0.8 (no collapse)", |v| v >= 0.8);
     }
 }
 
