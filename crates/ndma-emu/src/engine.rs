@@ -493,33 +493,21 @@ impl Engine {
         // Read after taking `regs`: a plan entry added before the doorbell that handed us this work
         // happens-before this load (through the regs mutex), so it cannot be missed.
         let plan_active = dev.plan.is_active();
-        if dev.resets.hangs(self.id, qid as u32) {
+        let hang = if dev.resets.hangs(self.id, qid as u32) {
             tracing::debug!(engine = self.id, qid, "V2 queue hung: doorbell during a NeuronCore reset");
-            r.pairs[qid].hung = true;
-            let [t, x] = r.queues[qid];
-            self.record_stop(
-                dev,
-                qid,
-                StopKind::Hung(HangCause::ResetWindow),
-                &Cursor::at_head(&t),
-                &Cursor::at_head(&x),
-            );
-            return Pick::Hung;
-        }
-        if plan_active && dev.plan.take_hang(self.id, qid as u32) {
+            Some(HangCause::ResetWindow)
+        } else if plan_active && dev.plan.take_hang(self.id, qid as u32) {
             tracing::debug!(engine = self.id, qid, "queue hung by the fault plan");
+            Some(HangCause::FaultPlan)
+        } else {
+            None
+        };
+        let [t, x] = r.queues[qid];
+        if let Some(cause) = hang {
             r.pairs[qid].hung = true;
-            let [t, x] = r.queues[qid];
-            self.record_stop(
-                dev,
-                qid,
-                StopKind::Hung(HangCause::FaultPlan),
-                &Cursor::at_head(&t),
-                &Cursor::at_head(&x),
-            );
+            self.record_stop(dev, qid, StopKind::Hung(cause), &Cursor::at_head(&t), &Cursor::at_head(&x));
             return Pick::Hung;
         }
-        let [t, x] = r.queues[qid];
         // With a plan, one pair per batch: delays and corruption apply per descriptor.
         let budget = t.pending.min(x.pending).min(if plan_active { 1 } else { MAX_BATCH });
         Pick::Run(Claim { qid, tx: Cursor::at_head(&t), rx: Cursor::at_head(&x), budget })

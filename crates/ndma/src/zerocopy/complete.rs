@@ -370,13 +370,13 @@ fn stage_fence(
     i: u32,
 ) -> Result<u32> {
     let slot = i as usize * MARKER_SLOT;
-    let marker_barrier = if arch == Arch::V2 {
+    let (marker_barrier, count) = if arch == Arch::V2 {
         let word = completion_dma + slot as u64 + 4;
         queue.copy_prepare_one(word, word, 4, Barrier::WriteBarrier, false)?;
-        Barrier::None
+        (Barrier::None, 2)
     } else {
-        Barrier::Sow
+        (Barrier::Sow, 1)
     };
     add_completion_desc(queue, completion, completion_dma, slot, marker_barrier)?;
-    Ok(if arch == Arch::V2 { 2 } else { 1 })
+    Ok(count)
 }
