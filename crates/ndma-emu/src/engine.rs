@@ -73,8 +73,10 @@ impl Cursor {
 
     /// Mirrors the HAL's `take_slot`: the phase advances mod 4 when the head wraps to slot 0.
     fn advance(&mut self) {
-        self.head = (self.head + 1) % self.len;
-        if self.head == 0 {
+        // A compare, not `%`: a division per descriptor side was 8 % of a small batch's engine time.
+        self.head += 1;
+        if self.head >= self.len {
+            self.head = 0;
             self.phase = (self.phase + 1) & udma::DMA_RING_ID_MASK;
         }
     }
