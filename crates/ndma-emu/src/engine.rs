@@ -241,35 +241,44 @@ impl Engine {
             let kind = EngineEventKind::Doorbell { dir, count };
             dev.trace.record(EngineEvent { engine: self.id, qid: qid as u32, kind, start: now, end: now });
         }
-        let rejected = {
+        let accepted = {
             let mut r = lock(&self.regs);
             let q = &mut r.queues[qid][dir_index(dir)];
             let ring_len = q.ring_len();
             // Slots of the batch in progress that it already fetched may be refilled (see `fetched`).
             let pending = q.pending - q.fetched;
             if count == 0 || count > ring_len || pending + count > ring_len {
-                Some((FaultKind::BadDoorbell { dir, count, ring_len, pending }, r.heads(qid)))
+                Err((FaultKind::BadDoorbell { dir, count, ring_len, pending }, r.heads(qid)))
             } else {
+                // Compares, not `%`: two doorbells per copy, and a division costs as much as the rest.
                 let end = q.tail + count;
-                q.tail = end % ring_len;
-                if end >= ring_len {
+                let wraps = end >= ring_len;
+                q.tail = if wraps { end - ring_len } else { end };
+                if wraps {
                     q.tail_phase = (q.tail_phase + 1) & udma::DMA_RING_ID_MASK;
                 }
                 q.pending += count;
                 if dir == Direction::Rx {
                     // Under `regs`, before the engine can fetch this work: where the batch ends.
-                    dev.plan.on_rx_doorbell(self.id, qid as u32, (end - 1) % ring_len);
+                    let last = if q.tail == 0 { ring_len - 1 } else { q.tail - 1 };
+                    dev.plan.on_rx_doorbell(self.id, qid as u32, last);
                 }
-                dev.activity.mark(dev.index, self.id);
-                None
+                // Work exists once both rings of the pair have some: the first of a copy's two doorbells
+                // (RX, then TX) marks nothing and wakes nobody.
+                let runnable = r.runnable(qid);
+                if runnable {
+                    dev.activity.mark(dev.index, self.id);
+                }
+                Ok(runnable)
             }
         };
-        match rejected {
-            Some((kind, (m2s_head, s2m_head))) => {
+        match accepted {
+            Err((kind, (m2s_head, s2m_head))) => {
                 tracing::warn!(engine = self.id, qid, ?kind, "doorbell ignored");
                 self.record(dev, DmaFault { engine: self.id, qid: qid as u32, kind, m2s_head, s2m_head });
             }
-            None => self.wake(dev),
+            Ok(true) => self.wake(dev),
+            Ok(false) => {}
         }
     }
 

@@ -254,7 +254,8 @@ impl Register {
         if qid >= u64::from(crate::DMA_MAX_Q) {
             return None;
         }
-        let reg = QueueReg::at(dir, (rel - QUEUES_OFFSET) % QUEUE_STRIDE)?;
+        let word = ((rel - QUEUES_OFFSET) % QUEUE_STRIDE / 4) as usize;
+        let reg = QUEUE_REG_AT[dir_index(dir)][word]?;
         Some(Register::Queue { dir, qid: qid as u32, reg })
     }
 
@@ -266,6 +267,31 @@ impl Register {
             Register::Queue { qid, .. } if qid >= crate::DMA_MAX_Q => None,
             Register::Queue { dir, qid, reg } => Some(queue_base(0, dir, qid) + reg.offset(dir)?),
         }
+    }
+}
+
+/// [`QueueReg::at`] as a table, by direction and word offset in a queue block: every doorbell decodes its
+/// register, and searching `QueueReg::ALL` for it was a large share of a small copy's MMIO cost.
+const QUEUE_REG_AT: [[Option<QueueReg>; (QUEUE_STRIDE / 4) as usize]; 2] = {
+    let mut table = [[None; (QUEUE_STRIDE / 4) as usize]; 2];
+    let mut i = 0;
+    while i < QueueReg::COUNT {
+        let reg = QueueReg::ALL[i];
+        if let Some(off) = reg.offset(Direction::Tx) {
+            table[0][(off / 4) as usize] = Some(reg);
+        }
+        if let Some(off) = reg.offset(Direction::Rx) {
+            table[1][(off / 4) as usize] = Some(reg);
+        }
+        i += 1;
+    }
+    table
+};
+
+const fn dir_index(dir: Direction) -> usize {
+    match dir {
+        Direction::Tx => 0,
+        Direction::Rx => 1,
     }
 }
 
@@ -616,6 +642,23 @@ mod tests {
         assert_eq!(Q_CFG_ENABLED, 0x0303_0000);
         assert_eq!(ptr_value(5, 1), 0x4000_0005);
         assert!(queue_base(0, Rx, 15) + QUEUE_STRIDE <= GEN_REGS);
+    }
+
+    /// The decode table answers as the search of `QueueReg::ALL` for every word of a queue block, both
+    /// directions, and decode finds every queue register of every queue.
+    #[test]
+    fn the_queue_register_table_matches_the_search() {
+        for dir in [Tx, Rx] {
+            for word in 0..(QUEUE_STRIDE / 4) {
+                assert_eq!(QUEUE_REG_AT[dir_index(dir)][word as usize], QueueReg::at(dir, word * 4), "{dir:?} {word}");
+            }
+            for qid in 0..crate::DMA_MAX_Q {
+                for &reg in QueueReg::ALL.iter().filter(|r| r.offset(dir).is_some()) {
+                    let r = Register::Queue { dir, qid, reg };
+                    assert_eq!(Register::decode(r.offset().unwrap()), Some(r));
+                }
+            }
+        }
     }
 
     /// The declarations against the literal table of FACTS §2.3, so a typo in either is caught.
