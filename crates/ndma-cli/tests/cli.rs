@@ -208,6 +208,20 @@ fn quick_bench_writes_json_with_every_required_case() {
             }
         }
     }
+    // The CPU's own copy of the same user pages, each layout and size, beside memcpy.
+    for layout in ["contiguous", "scattered"] {
+        for size in [65536u64, 1 << 20] {
+            assert!(
+                cases.iter().any(|c| c["name"] == "user_copy"
+                    && c["mode"] == "cpu"
+                    && c["layout"] == layout
+                    && c["size"] == size
+                    && c["gbps"].as_f64().is_some_and(|g| g > 0.0)
+                    && c["memcpy_gbps"].as_f64().is_some()),
+                "missing user_copy {layout} {size}"
+            );
+        }
+    }
     let rings: Vec<u64> = cases.iter().filter(|c| c["name"] == "scale").filter_map(|c| c["rings"].as_u64()).collect();
     assert_eq!(rings, [1, 2], "--quick scales over 1 and 2 rings");
     let idle = cases.iter().find(|c| c["name"] == "idle_cpu").expect("idle_cpu");

@@ -262,6 +262,48 @@ impl<'t> ZcBed<'t> {
         Ok(ZcFigure { op, memcpy })
     }
 
+    /// The CPU copying the user buffer's pages into a contiguous buffer (the bounce chunk), run by run, `plan`
+    /// samples interleaved with memcpy of the same bytes: what the CPU itself pays for the buffer's layout,
+    /// the ceiling of any engine the CPU emulates. The copy is verified.
+    ///
+    /// # Errors
+    ///
+    /// Copy and verification failures.
+    pub fn measure_cpu_copy(&mut self, b: &UserBuffer, plan: Plan, baseline: &mut Baseline) -> CliResult<ZcFigure> {
+        let seed = b.size ^ 0xc0b1;
+        let what = format!("user_copy of {} {} bytes", b.layout.name(), b.size);
+        self.write_user_pattern(b, seed)?;
+        self.bounce_copy(b, 0, b.size, true)?;
+        baseline.prepare(b.size);
+        let (mut op, mut memcpy) = (Samples::new(), Samples::new());
+        for _ in 0..plan.samples {
+            let t0 = Instant::now();
+            for _ in 0..plan.iters {
+                self.bounce_copy(b, 0, b.size, true)?;
+            }
+            op.push(t0.elapsed() / plan.iters as u32);
+            let t0 = Instant::now();
+            for _ in 0..plan.iters {
+                baseline.copy_once(b.size);
+            }
+            memcpy.push(t0.elapsed() / plan.iters as u32);
+        }
+        let space: &MemSpace = self.tb.emu.host().space();
+        let mut got = vec![0u8; (1 << 20).min(b.size as usize)];
+        let mut want = got.clone();
+        let mut off = 0;
+        while off < b.size {
+            let n = (b.size - off).min(got.len() as u64) as usize;
+            space.read(b.bounce_pa + off, &mut got[..n]).map_err(|e| CliError::emu(&what, &e))?;
+            fill_pattern(seed, off, &mut want[..n]);
+            if got[..n] != want[..n] {
+                return Err(CliError::Verify(format!("{what}: the copy differs in bytes [{off}, {})", off + n as u64)));
+            }
+            off += n as u64;
+        }
+        Ok(ZcFigure { op, memcpy })
+    }
+
     /// `reps` transfers of the whole buffer (`what` names them in errors).
     fn transfer(&mut self, b: &UserBuffer, way: Way, mode: Mode, to_device: bool, reps: u64, what: &str) -> CliResult {
         match (way, mode) {
