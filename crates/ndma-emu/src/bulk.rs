@@ -80,7 +80,7 @@ pub(crate) unsafe fn copy_in(src: *const u8, dst: *mut u8, len: usize, batch: Ba
 ///
 /// # Safety
 ///
-/// As [`copy`], the ranges must not overlap, and the CPU must support AVX2.
+/// As [`copy`], the ranges must not overlap, `len` must be at least 32, and the CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
@@ -88,7 +88,6 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
     const BLOCK: usize = 128;
     const PREFETCH: usize = 512;
     const PAGE: usize = 4096;
-    const LANES: usize = 4;
     // Streaming stores need a 32-byte-aligned destination: copy the head normally.
     let head = (32 - dst as usize % 32) % 32;
     // SAFETY: `head < 32 <= len` bytes, inside both ranges, which do not overlap.
@@ -121,7 +120,8 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
     unsafe { ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i) };
 }
 
-/// Copies a group performs together: at most this many, as the four pages of [`copy_streaming`]'s loop.
+/// Streams interleaved at once: the pages of one long copy in [`copy_streaming`], the copies of a group in
+/// [`copy_lanes`].
 pub(crate) const LANES: usize = 4;
 
 /// One copy of a group: `len` bytes from `src` to `dst`.
@@ -171,8 +171,14 @@ pub(crate) unsafe fn copy_lanes(lanes: &[Lane]) {
     // Orders the streamed blocks before the tails' ordinary stores and anything after (see copy_streaming).
     _mm_sfence();
     for l in lanes.iter().filter(|l| l.len > common) {
-        // SAFETY: the rest of each lane lies inside its ranges; lanes do not overlap.
-        unsafe { copy_streaming(l.src.add(common), l.dst.add(common), l.len - common) };
+        let (src, dst, rest) = (l.src.wrapping_add(common), l.dst.wrapping_add(common), l.len - common);
+        if rest >= 32 {
+            // SAFETY: the rest of each lane lies inside its ranges (32 bytes or more); lanes do not overlap.
+            unsafe { copy_streaming(src, dst, rest) };
+        } else {
+            // SAFETY: as above, a tail shorter than one 32-byte store.
+            unsafe { ptr::copy_nonoverlapping(src, dst, rest) };
+        }
     }
 }
 

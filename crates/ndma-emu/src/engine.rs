@@ -235,7 +235,6 @@ impl Engine {
 
     /// A doorbell: hand `count` more descriptors of ring `dir` of queue `qid` to the engine.
     pub(crate) fn doorbell(&self, dev: &Arc<DeviceCore>, dir: Direction, qid: usize, count: u32) {
-        EngineCounters::add(&self.stats.doorbells, 1);
         if dev.trace.enabled() {
             let now = Instant::now();
             let kind = EngineEventKind::Doorbell { dir, count };
@@ -243,6 +242,8 @@ impl Engine {
         }
         let accepted = {
             let mut r = lock(&self.regs);
+            // Under `regs`, which every doorbell of this engine takes.
+            EngineCounters::bump(&self.stats.doorbells, 1);
             let q = &mut r.queues[qid][dir_index(dir)];
             let ring_len = q.ring_len();
             // Slots of the batch in progress that it already fetched may be refilled (see `fetched`).
@@ -450,7 +451,7 @@ impl Engine {
 
     pub(crate) fn drain(&self, dev: &DeviceCore, exec: &mut ExecState) {
         if !exec.posted.is_empty() {
-            EngineCounters::add(&self.stats.drains, 1);
+            EngineCounters::bump(&self.stats.drains, 1);
             // Clock reads only for a trace: a drain follows every write barrier, and two reads cost about as
             // much as a small copy's drain.
             let start = dev.trace.enabled().then(Instant::now);
@@ -546,8 +547,8 @@ impl Engine {
             dev.trace.record(e);
         }
         // Counted before the exec lock is released, so a reset (which takes it) sees final counters.
-        EngineCounters::add(&self.stats.descriptors, u64::from(end.done));
-        EngineCounters::add(&self.stats.bytes, bytes);
+        EngineCounters::bump(&self.stats.descriptors, u64::from(end.done));
+        EngineCounters::bump(&self.stats.bytes, bytes);
         end
     }
 
@@ -721,7 +722,7 @@ impl Engine {
             }
             let start = rate.map(|_| Instant::now());
             self.land(dev, exec, &op, posts, batch);
-            EngineCounters::add(&self.stats.copies, 1);
+            EngineCounters::bump(&self.stats.copies, 1);
             if op.write_barrier {
                 self.drain(dev, exec);
             }
@@ -754,7 +755,7 @@ impl Engine {
 
     /// The fault plan's per-descriptor delay: counted, then waited out.
     fn inject_delay(&self, us: u64) {
-        EngineCounters::add(&self.stats.delayed_us, us);
+        EngineCounters::bump(&self.stats.delayed_us, us);
         wait_until(later(Instant::now(), Duration::from_micros(us)));
     }
 
@@ -778,7 +779,7 @@ impl Engine {
     fn throttle(&self, exec: &mut ExecState, len: usize, rate: u64, start: Instant) {
         let begin = exec.next_free.filter(|t| *t > start).unwrap_or(start);
         let cost_ns = (len as u128 * 1_000_000_000 / u128::from(rate.max(1))) as u64;
-        EngineCounters::add(&self.stats.throttled_ns, cost_ns);
+        EngineCounters::bump(&self.stats.throttled_ns, cost_ns);
         let finish = later(begin, Duration::from_nanos(cost_ns));
         exec.next_free = Some(finish);
         wait_until(finish);
