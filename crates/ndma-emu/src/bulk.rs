@@ -260,4 +260,39 @@ mod tests {
         }
         assert_eq!((Batch::of(LARGE_BATCH_MIN - 1), Batch::of(LARGE_BATCH_MIN)), (Batch::Small, Batch::Large));
     }
+
+    /// A group of lanes of unequal lengths — tails of 0, 7, 33 and 100+ bytes past the common part — lands
+    /// byte-exact, with the bytes around every destination untouched.
+    #[test]
+    fn lanes_of_unequal_lengths_match_memmove() {
+        if !streams_available() {
+            return;
+        }
+        let lens = [4096usize + 7, 4096 * 2 + 33, 4096, 4096 + 100];
+        let stride = 4 * 4096;
+        let src: Vec<u8> = (0..stride * lens.len()).map(|i| (i * 11 + i / 509) as u8).collect();
+        // 32-byte-aligned destinations with guard bytes around them.
+        let mut dst = vec![0xEEu8; stride * lens.len() + 64];
+        let base = (32 - dst.as_ptr() as usize % 32) % 32;
+        let mut lanes = [Lane { src: ptr::null(), dst: ptr::null_mut(), len: 0 }; LANES];
+        for (k, (l, &len)) in lanes.iter_mut().zip(&lens).enumerate() {
+            // SAFETY: every range lies inside its vector (stride > len, base < 32 < 64 spare bytes).
+            *l = unsafe {
+                Lane { src: src.as_ptr().add(k * stride + 3), dst: dst.as_mut_ptr().add(base + k * stride), len }
+            };
+            assert!(l.streams());
+        }
+        // SAFETY: the lanes' ranges are valid and pairwise disjoint; AVX2 is present (checked above).
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            copy_lanes(&lanes)
+        };
+        for (k, &len) in lens.iter().enumerate() {
+            let at = base + k * stride;
+            assert!(dst[at..at + len] == src[k * stride + 3..k * stride + 3 + len], "lane {k}");
+            let next = if k + 1 < lens.len() { base + (k + 1) * stride } else { dst.len() };
+            assert!(dst[at + len..next].iter().all(|&b| b == 0xEE), "after lane {k}");
+        }
+        assert!(dst[..base].iter().all(|&b| b == 0xEE));
+    }
 }
