@@ -187,6 +187,8 @@ impl Extents {
     /// it did).
     fn insert(&mut self, at: Loc, len: usize, again: bool) {
         if len == 0 {
+            // Nothing to record, but this is now the last range: if it grows, it is not `long`'s last.
+            self.last_long = false;
             return;
         }
         if again && self.last_long {
@@ -277,6 +279,23 @@ mod tests {
         }
     }
 
+    /// An empty write posted after a long one and indexed, then grown by merging: the index records the
+    /// grown write (and leaves the long one as it was), so a write over either source is a conflict.
+    #[test]
+    fn an_empty_write_that_grows_after_a_long_one_is_indexed() {
+        let mut p = posted(SCAN_MAX, 0x10_0000, 0x20_0000);
+        let long = Copy { src: at(Space::Host, 0x100_0000), dst: at(Space::Hbm, 0x80_0000), len: 300 * 4096 };
+        let empty = Copy { src: at(Space::Host, 0x300_0000), dst: at(Space::Hbm, 0x40_0000), len: 0 };
+        p.post(long);
+        p.post(empty);
+        let over = |off: usize| Copy { src: at(Space::Host, 0x100), dst: at(Space::Host, off), len: 4 };
+        assert!(!p.conflicts(&over(0x300_0000)), "nothing is read at the empty write's source yet");
+        p.post(Copy { src: at(Space::Host, 0x300_0000), dst: at(Space::Hbm, 0x40_0000), len: 4096 });
+        assert_eq!(p.list.len(), SCAN_MAX + 2, "merged into the empty write");
+        assert!(p.conflicts(&over(0x300_0000 + 8)), "a write over the grown write's source");
+        assert!(p.conflicts(&over(0x100_0000 + 299 * 4096)), "a write over the long write's last page");
+    }
+
     /// Random writes — sub-page, page-sized and long, host and HBM, some merging into the last — with random
     /// probes among them: the indexed check always answers as the scan does, including for probes that share
     /// a page with a posted write but no byte.
@@ -298,7 +317,7 @@ mod tests {
             let (mut yes, mut no) = (0, 0);
             for _ in 0..400 {
                 let len = match rnd(4) {
-                    0 => 1 + rnd(200),
+                    0 => rnd(200),
                     1 => 4096,
                     2 => 4096 * (1 + rnd(100)) + rnd(3),
                     _ => 1 + rnd(9000),
