@@ -288,19 +288,7 @@ impl<'t> ZcBed<'t> {
             }
             memcpy.push(t0.elapsed() / plan.iters as u32);
         }
-        let space: &MemSpace = self.tb.emu.host().space();
-        let mut got = vec![0u8; (1 << 20).min(b.size as usize)];
-        let mut want = got.clone();
-        let mut off = 0;
-        while off < b.size {
-            let n = (b.size - off).min(got.len() as u64) as usize;
-            space.read(b.bounce_pa + off, &mut got[..n]).map_err(|e| CliError::emu(&what, &e))?;
-            fill_pattern(seed, off, &mut want[..n]);
-            if got[..n] != want[..n] {
-                return Err(CliError::Verify(format!("{what}: the copy differs in bytes [{off}, {})", off + n as u64)));
-            }
-            off += n as u64;
-        }
+        verify_chunk(self.tb.emu.device(0), &b.bounce, 0, b.size, Expect::Pattern(seed), &what)?;
         Ok(ZcFigure { op, memcpy })
     }
 
