@@ -9,6 +9,7 @@
 //! progress, the engine hangs any runnable queue owned by NC n (its H2T queue and its SENG engines'
 //! queues) instead of executing it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use udma::Arch;
@@ -32,6 +33,9 @@ pub(crate) struct NcResets {
     arch: Arch,
     clock: OnceLock<JiffiesClock>,
     ncs: Mutex<Vec<NcResetTimes>>,
+    /// NCs whose latest reset has not been folded into the finished state (`finishes_at` is set): while
+    /// it is 0 no reset is in progress and [`NcResets::hangs`] needs neither the clock nor the lock.
+    unsettled: AtomicUsize,
 }
 
 impl std::fmt::Debug for NcResets {
@@ -46,6 +50,7 @@ impl NcResets {
             arch,
             clock: OnceLock::new(),
             ncs: Mutex::new(vec![NcResetTimes::default(); arch.ncs_per_device() as usize]),
+            unsettled: AtomicUsize::new(0),
         }
     }
 
@@ -57,18 +62,23 @@ impl NcResets {
     pub(crate) fn set_clock(&self, clock: JiffiesClock) {
         let now = clock();
         if self.clock.set(clock).is_ok() {
-            for t in lock(&self.ncs).iter_mut() {
+            let mut ncs = lock(&self.ncs);
+            for t in ncs.iter_mut() {
                 *t = NcResetTimes { start: now.saturating_sub(2), end: now.saturating_sub(1), finishes_at: None };
             }
+            // Relaxed: under the `ncs` lock, and nothing is in progress any more.
+            self.unsettled.store(0, Ordering::Relaxed);
         }
     }
 
-    /// Folds a reset whose time is up into the finished state.
-    fn settle(t: &mut NcResetTimes, now: u64) {
+    /// Folds a reset whose time is up into the finished state (under the `ncs` lock).
+    fn settle(&self, t: &mut NcResetTimes, now: u64) {
         if let Some(at) = t.finishes_at {
             if now >= at {
                 t.end = at;
                 t.finishes_at = None;
+                // Release: pairs with the Acquire in `hangs` (the count only gates taking the lock).
+                self.unsettled.fetch_sub(1, Ordering::Release);
             }
         }
     }
@@ -78,7 +88,12 @@ impl NcResets {
         let now = self.now();
         let mut ncs = lock(&self.ncs);
         let Some(t) = ncs.get_mut(nc as usize) else { return false };
-        Self::settle(t, now);
+        self.settle(t, now);
+        if t.finishes_at.is_none() {
+            // Release: a doorbell after this call hands its work over after this store, and `hangs` loads it
+            // with Acquire, so an engine claiming that work sees the reset.
+            self.unsettled.fetch_add(1, Ordering::Release);
+        }
         t.start = now;
         t.finishes_at = Some(now + duration.max(1));
         true
@@ -90,7 +105,7 @@ impl NcResets {
         let mut ncs = lock(&self.ncs);
         match ncs.get_mut(nc as usize) {
             Some(t) => {
-                Self::settle(t, now);
+                self.settle(t, now);
                 (t.start, t.end)
             }
             None => (0, 1),
@@ -106,7 +121,9 @@ impl NcResets {
     /// The V2 bug: does work handed to queue `qid` of engine `eng` now hang? Which NC owns the queue is a
     /// fact of the device's topology ([`Arch::queue_owner`]).
     pub(crate) fn hangs(&self, eng: u32, qid: u32) -> bool {
-        self.arch == Arch::V2 && self.arch.queue_owner(eng, qid).is_some_and(|nc| self.in_progress(nc))
+        self.arch == Arch::V2
+            && self.unsettled.load(Ordering::Acquire) > 0
+            && self.arch.queue_owner(eng, qid).is_some_and(|nc| self.in_progress(nc))
     }
 }
 
@@ -156,5 +173,44 @@ mod tests {
                 assert!((0..arch.num_engines()).all(|eng| !resets.hangs(eng, 0)), "{arch}: the reset is over");
             }
         }
+    }
+
+    /// The count of unfinished resets that lets `hangs` skip the lock stays exact through overlapping resets
+    /// of two NCs, a reset restarted while in progress, one restarted after its time was up but before
+    /// anything folded it, and the end of all of them: each answer matches the reset times.
+    #[test]
+    fn hangs_follows_the_reset_times_through_overlapping_and_restarted_resets() {
+        let arch = Arch::V2;
+        let dhal = ndma::dhal(arch);
+        let q = |nc| (dhal.h2t_eng_id(nc), dhal.h2t_def_qid(nc));
+        let (now, c) = clock();
+        let resets = NcResets::new(arch);
+        resets.set_clock(c);
+        // Relaxed: see `clock`.
+        let tick = |n| now.fetch_add(n, Ordering::Relaxed);
+        let check = |what: &str| {
+            for nc in 0..arch.ncs_per_device() {
+                let (eng, qid) = q(nc);
+                assert_eq!(resets.hangs(eng, qid), resets.in_progress(nc), "{what}: nc {nc}");
+            }
+        };
+        assert!(resets.begin(0, 10));
+        assert!(resets.begin(1, 3));
+        check("two resets");
+        assert!(resets.hangs(q(0).0, q(0).1) && resets.hangs(q(1).0, q(1).1));
+        tick(3);
+        check("nc 1 done");
+        assert!(!resets.hangs(q(1).0, q(1).1));
+        assert!(resets.begin(0, 10), "restarted while in progress");
+        tick(20);
+        // NC 0's time is up but nothing has folded it yet; restarting folds it and starts again.
+        assert!(resets.begin(0, 2));
+        check("nc 0 restarted after its time");
+        assert!(resets.hangs(q(0).0, q(0).1));
+        tick(2);
+        check("all done");
+        assert!((0..arch.ncs_per_device()).all(|nc| !resets.hangs(q(nc).0, q(nc).1)));
+        // Relaxed: single-threaded test.
+        assert_eq!(resets.unsettled.load(Ordering::Relaxed), 0, "every reset folded");
     }
 }
