@@ -151,6 +151,9 @@ struct Claim {
     tx: Cursor,
     rx: Cursor,
     budget: u32,
+    /// The fault plan had entries when the pair was claimed: only then does the batch consult it per
+    /// descriptor (an entry added later applies from the next batch, as one added after the doorbell may).
+    plan_active: bool,
 }
 
 /// What `claim` found.
@@ -220,8 +223,8 @@ impl Engine {
             kind,
             m2s_head: tx.head,
             s2m_head: rx.head,
-            tx: Self::fetch_desc(dev, tx).ok(),
-            rx: Self::fetch_desc(dev, rx).ok(),
+            tx: Self::fetch_desc(dev, None, tx).ok(),
+            rx: Self::fetch_desc(dev, None, rx).ok(),
         };
         if let Some(slot) = lock(&self.stops).get_mut(qid) {
             *slot = Some(stop);
@@ -522,7 +525,7 @@ impl Engine {
         }
         // With a plan, one pair per batch: delays and corruption apply per descriptor.
         let budget = t.pending.min(x.pending).min(if plan_active { 1 } else { MAX_BATCH });
-        Pick::Run(Claim { qid, tx: Cursor::at_head(&t), rx: Cursor::at_head(&x), budget })
+        Pick::Run(Claim { qid, tx: Cursor::at_head(&t), rx: Cursor::at_head(&x), budget, plan_active })
     }
 
     /// Fetches, executes and retires the pairs of `claim`; counts and traces the batch.
@@ -537,7 +540,7 @@ impl Engine {
                 q.fetched = end.done;
             }
         }
-        let bytes = self.execute(dev, exec, &ops);
+        let bytes = self.execute(dev, exec, &ops, claim.plan_active);
         ops.clear();
         exec.scratch = ops;
         self.retire(&end);
@@ -556,10 +559,11 @@ impl Engine {
     fn fetch_batch(&self, dev: &DeviceCore, claim: &Claim, ops: &mut Vec<Op>) -> BatchEnd {
         ops.clear();
         let (mut tx, mut rx) = (claim.tx, claim.rx);
+        let rings = (Self::ring_ptr(dev, &tx), Self::ring_ptr(dev, &rx));
         let mut corruption = None;
         let mut fault = None;
         for _ in 0..claim.budget {
-            match self.fetch_pair(dev, claim.qid, &tx, &rx, &mut corruption) {
+            match self.fetch_pair(dev, claim, rings, &tx, &rx, &mut corruption) {
                 Ok(op) => {
                     ops.push(op);
                     tx.advance();
@@ -609,12 +613,27 @@ impl Engine {
         dev.activity.waiters.notify();
     }
 
-    fn fetch_desc(dev: &DeviceCore, c: &Cursor) -> Result<Desc, FaultKind> {
-        let addr = c.slot_addr();
-        let loc = dev.map.decode(addr, 16).ok_or(FaultKind::BadAddress { addr, len: 16 })?;
-        // SAFETY: `decode` checked that 16 bytes at `loc` lie inside the space; the read is unaligned-safe.
-        // Racing CPU stores to a slot the engine owns would be a protocol bug, caught by the phase check.
-        let raw: [u8; 16] = unsafe { ptr::read_unaligned(dev.map.ptr(loc) as *const [u8; 16]) };
+    /// CPU pointer of a whole ring, when all of it decodes to memory (then a slot needs no decode of its own).
+    fn ring_ptr(dev: &DeviceCore, c: &Cursor) -> Option<*const u8> {
+        let bytes = u64::from(c.len) * size_of::<Desc>() as u64;
+        dev.map.decode(c.base, bytes).map(|loc| dev.map.ptr(loc) as *const u8)
+    }
+
+    /// Reads the descriptor at the cursor, through `ring` (its ring's [`Engine::ring_ptr`]) when there is one.
+    fn fetch_desc(dev: &DeviceCore, ring: Option<*const u8>, c: &Cursor) -> Result<Desc, FaultKind> {
+        let slot = match ring {
+            // The slot lies inside the ring `ring_ptr` decoded.
+            Some(p) if c.head < c.len => p.wrapping_add(c.head as usize * size_of::<Desc>()),
+            _ => {
+                let addr = c.slot_addr();
+                let loc = dev.map.decode(addr, 16).ok_or(FaultKind::BadAddress { addr, len: 16 })?;
+                dev.map.ptr(loc) as *const u8
+            }
+        };
+        // SAFETY: `slot` is 16 bytes inside a space (`decode` checked the ring or the slot); the read is
+        // unaligned-safe. Racing CPU stores to a slot the engine owns would be a protocol bug, caught by the
+        // phase check.
+        let raw: [u8; 16] = unsafe { ptr::read_unaligned(slot as *const [u8; 16]) };
         let word = |i: usize| u32::from_le_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
         let buf = u64::from(word(8)) | (u64::from(word(12)) << 32);
         Ok(Desc::from_words(word(0), word(4), buf))
@@ -624,18 +643,20 @@ impl Engine {
     fn fetch_pair(
         &self,
         dev: &DeviceCore,
-        qid: usize,
+        claim: &Claim,
+        rings: (Option<*const u8>, Option<*const u8>),
         tx: &Cursor,
         rx: &Cursor,
         corruption: &mut Option<CorruptionReport>,
     ) -> Result<Op, FaultKind> {
-        let mut td = Self::fetch_desc(dev, tx)?;
-        let mut rd = Self::fetch_desc(dev, rx)?;
-        if let Some(c) = dev.plan.on_fetch(self.id, qid as u32) {
+        let qid = claim.qid;
+        let mut td = Self::fetch_desc(dev, rings.0, tx)?;
+        let mut rd = Self::fetch_desc(dev, rings.1, rx)?;
+        if let Some(c) = claim.plan_active.then(|| dev.plan.on_fetch(self.id, qid as u32)).flatten() {
             *corruption = Some(self.corrupt(qid, c, (&mut td, tx), (&mut rd, rx)));
         }
         let (copy, t) = Self::check_pair(dev, &td, &rd, tx, rx)?;
-        let dropped = dev.plan.take_dropped_write(self.id, qid as u32, rx.head);
+        let dropped = claim.plan_active && dev.plan.take_dropped_write(self.id, qid as u32, rx.head);
         if dropped {
             self.record_stop(dev, qid, StopKind::DroppedWrite, tx, rx);
         }
@@ -704,9 +725,9 @@ impl Engine {
     }
 
     /// Performs a batch under the ordering model; returns the bytes moved.
-    fn execute(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op]) -> u64 {
-        let delay_us = dev.plan.delay_us(self.id);
-        let rate = dev.plan.bandwidth(self.id);
+    fn execute(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op], plan_active: bool) -> u64 {
+        let delay_us = if plan_active { dev.plan.delay_us(self.id) } else { 0 };
+        let rate = if plan_active { dev.plan.bandwidth(self.id) } else { None };
         let posts = dev.ordering.posts_hbm_writes();
         let batch = Batch::of(ops.iter().map(|o| o.copy.len).sum());
         let mut bytes = 0;

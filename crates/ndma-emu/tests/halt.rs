@@ -137,3 +137,49 @@ fn doorbell_on_an_unprogrammed_queue_is_a_fault_not_a_panic() {
     rig.dev.write32(db, 1);
     assert!(matches!(rig.dev.faults()[0].kind, FaultKind::BadDoorbell { ring_len: 0, .. }));
 }
+
+/// A TX ring whose base was moved so that it runs past the end of host DRAM: the engine reads the slots
+/// inside memory (their copies land) and faults on the first slot outside it, naming that slot's address —
+/// as when every slot was decoded on its own, though the engine decodes a whole ring at once when it can.
+#[test]
+fn a_ring_running_past_the_end_of_memory_faults_at_its_first_slot_outside() {
+    for arch in Arch::ALL {
+        for exec in POLICIES {
+            let mut rig = Rig::new(arch, exec, OrderingMode::Relaxed);
+            let src = rig.dev.host().alloc(4096, 4096).unwrap();
+            src.fill(0, 4096, 0x5a).unwrap();
+            let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
+            rig.dev.hbm_write(dst.pa, &[0u8; 512]).unwrap();
+            let s = rig.host_addr(&src, 0);
+            let tx_first = rig.q.tx().next_desc_idx();
+            assert_eq!(tx_first, 0, "a fresh ring");
+            for i in 0..6 {
+                rig.q.copy_prepare_one(s + i * 64, dst.pa + i * 64, 64, Barrier::None, false).unwrap();
+            }
+            // The first four TX slots move to the last 64 bytes of host DRAM and the ring base follows them.
+            let space = rig.dev.host().space();
+            let last = space.base() + space.size() - 64;
+            for i in 0..4u32 {
+                let d = rig.q.tx().read_desc(i);
+                let mut raw = [0u8; 16];
+                raw[..4].copy_from_slice(&d.len_ctrl().into_bits().to_le_bytes());
+                raw[4..8].copy_from_slice(&d.word1().to_le_bytes());
+                raw[8..].copy_from_slice(&d.buf_ptr().to_le_bytes());
+                space.write(last + u64::from(i) * 16, &raw).unwrap();
+            }
+            let ring_addr = last | arch.pci_host_base();
+            let r = regs::queue_base(rig.base, Direction::Tx, rig.q.qid());
+            rig.dev.write32(r + regs::q::DRBP_LOW, ring_addr as u32 & regs::DRBP_LOW_MASK);
+            rig.dev.write32(r + regs::q::DRBP_HIGH, (ring_addr >> 32) as u32);
+            rig.q.copy_start(&*rig.dev, 6, 6).unwrap();
+            let f = wait_fault(&rig)[0];
+            assert_eq!(f.kind, FaultKind::BadAddress { addr: ring_addr + 64, len: 16 });
+            assert_eq!((f.m2s_head, f.s2m_head), (4, 4), "four pairs executed");
+            assert!(rig.dev.is_halted(rig.eng, rig.q.qid()));
+            let mut got = [0u8; 512];
+            rig.dev.hbm_read(dst.pa, &mut got).unwrap();
+            assert!(got[..256].iter().all(|&b| b == 0x5a), "the four copies inside memory landed");
+            assert!(got[256..].iter().all(|&b| b == 0), "nothing past the fault");
+        }
+    }
+}
