@@ -70,7 +70,8 @@ pub fn plan_descriptors(
 ) -> ZcPlan {
     let host = arch.pci_host_base();
     let fenced = to_device && last;
-    let mut data = Vec::new();
+    // A run of k pages needs at most k descriptors (≤ 64 KiB each), so one allocation holds them all.
+    let mut data = Vec::with_capacity(pages.len());
     let mut runs = 0;
     let (mut dev, mut remaining, mut offset) = (dev_addr, size, first_offset);
     let mut i = 0;
