@@ -241,6 +241,12 @@ mod tests {
         Loc { space, off }
     }
 
+    /// Spends the scan allowance (`INDEX_AFTER_SCANS`), so conflict checks until the next drain ask the
+    /// index whenever more than `SCAN_MAX` writes are posted.
+    fn use_index(p: &mut PostedWrites) {
+        p.scanned = usize::MAX / 2;
+    }
+
     /// `n` scattered page writes host → HBM: sources every other page from `src0`, destinations consecutive
     /// from `dst0` (so they merge into one destination range only when the sources are consecutive too).
     fn posted(n: usize, src0: usize, dst0: usize) -> PostedWrites {
@@ -255,8 +261,11 @@ mod tests {
     /// the edges of each range, and after the last write grew by merging.
     #[test]
     fn conflicts_match_a_scan_of_every_posted_write() {
-        for n in [1, SCAN_MAX, SCAN_MAX + 1, 300] {
+        for (n, indexed) in [1, SCAN_MAX, SCAN_MAX + 1, 300].into_iter().flat_map(|n| [(n, false), (n, true)]) {
             let mut p = posted(n, 0x10_0000, 0x20_0000);
+            if indexed {
+                use_index(&mut p);
+            }
             let scan = |p: &PostedWrites, c: &Copy| {
                 p.list.iter().any(|w| c.dst.overlaps(c.len, w.src, w.len) || c.src.overlaps(c.len, w.dst, w.len))
             };
@@ -275,7 +284,7 @@ mod tests {
                 probes.push(Copy { src: at(Space::Hbm, off), dst: at(Space::Host, 0x100), len: 4 });
             }
             for c in &probes {
-                assert_eq!(p.conflicts(c), scan(&p, c), "{n} writes, probe {c:?}");
+                assert_eq!(p.conflicts(c), scan(&p, c), "{n} writes (index {indexed}), probe {c:?}");
             }
             // The last write grows by merging after the index was built: the index sees the new bytes.
             let last = *p.list.last().unwrap();
@@ -301,6 +310,7 @@ mod tests {
         let empty = Copy { src: at(Space::Host, 0x300_0000), dst: at(Space::Hbm, 0x40_0000), len: 0 };
         p.post(long);
         p.post(empty);
+        use_index(&mut p);
         let over = |off: usize| Copy { src: at(Space::Host, 0x100), dst: at(Space::Host, off), len: 4 };
         assert!(!p.conflicts(&over(0x300_0000)), "nothing is read at the empty write's source yet");
         p.post(Copy { src: at(Space::Host, 0x300_0000), dst: at(Space::Hbm, 0x40_0000), len: 4096 });
