@@ -5,7 +5,7 @@
 
 use rustc_hash::FxHashMap;
 use udma::regs::{EngineReg, QueueCfg, QueueReg, RateLimitMask, Register, RingLength, UdmaState};
-use udma::{regs, Arch, Direction, DMA_MAX_Q, UDMA_INITIAL_RING_ID};
+use udma::{regs, Arch, DMA_MAX_Q, UDMA_INITIAL_RING_ID};
 
 /// Engine state values (`enum udma_state`), as the `state` register reads.
 pub mod engine_state {
@@ -26,14 +26,6 @@ pub mod engine_state {
 pub(crate) struct Target {
     pub(crate) eng: u32,
     pub(crate) reg: Register,
-}
-
-/// Index of a direction in per-direction arrays.
-pub(crate) const fn dir_index(dir: Direction) -> usize {
-    match dir {
-        Direction::Tx => 0,
-        Direction::Rx => 1,
-    }
 }
 
 /// log2 of the BAR0 granule engines are placed on: every engine's register block starts on a multiple of
@@ -244,11 +236,11 @@ impl EngineRegs {
     /// Reads `reg` of this engine.
     pub(crate) fn read(&self, reg: Register) -> u32 {
         match reg {
-            Register::Engine { dir, reg: EngineReg::State } => self.state[dir_index(dir)],
+            Register::Engine { dir, reg: EngineReg::State } => self.state[dir.index()],
             // Write-only.
             Register::Engine { reg: EngineReg::ChangeState, .. } => 0,
             Register::Engine { reg: EngineReg::CfgLen, .. } => self.cfg_len,
-            Register::Queue { dir, qid, reg } => self.queues[qid as usize][dir_index(dir)].read(reg),
+            Register::Queue { dir, qid, reg } => self.queues[qid as usize][dir.index()].read(reg),
         }
     }
 
@@ -263,7 +255,7 @@ impl EngineRegs {
             }
             Register::Engine { reg: EngineReg::State | EngineReg::ChangeState, .. } => false,
             Register::Queue { dir, qid, reg } => {
-                self.queues[qid as usize][dir_index(dir)].write_plain(reg, v) && reg == QueueReg::Cfg
+                self.queues[qid as usize][dir.index()].write_plain(reg, v) && reg == QueueReg::Cfg
             }
         }
     }
@@ -297,6 +289,7 @@ impl EngineRegs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use udma::Direction;
 
     #[test]
     fn offsets_decode_for_every_engine() {

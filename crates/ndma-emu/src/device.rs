@@ -8,7 +8,7 @@ use udma::{Arch, Direction, Mmio};
 
 use crate::activity::Activity;
 use crate::addr_map::AddrMap;
-use crate::bar0::{dir_index, Bar0Map, Target};
+use crate::bar0::{Bar0Map, Target};
 use crate::engine::Engine;
 use crate::faults::{CorruptionReport, DmaFault, FaultPlan};
 use crate::hbm::{Hbm, HbmRange};
@@ -231,7 +231,7 @@ impl EmuDevice {
     pub fn pending(&self, eng: u32, qid: u32, dir: Direction) -> u32 {
         self.engine(eng)
             .ok()
-            .and_then(|e| lock(&e.regs).queues.get(qid as usize).map(|q| q[dir_index(dir)].pending))
+            .and_then(|e| lock(&e.regs).queues.get(qid as usize).map(|q| q[dir.index()].pending))
             .unwrap_or(0)
     }
 

@@ -30,7 +30,7 @@ use udma::regs::{QueueReg, QueueSwCtrl};
 use udma::{regs, Desc, Direction, TxDesc};
 
 use crate::addr_map::Space;
-use crate::bar0::{dir_index, engine_state, EngineRegs, PairState};
+use crate::bar0::{engine_state, EngineRegs, PairState};
 use crate::bulk::Batch;
 use crate::copy::Copy;
 use crate::device::DeviceCore;
@@ -247,7 +247,7 @@ impl Engine {
             let mut r = lock(&self.regs);
             // Under `regs`, which every doorbell of this engine takes.
             EngineCounters::bump(&self.stats.doorbells, 1);
-            let q = &mut r.queues[qid][dir_index(dir)];
+            let q = &mut r.queues[qid][dir.index()];
             let ring_len = q.ring_len();
             // Slots of the batch in progress that it already fetched may be refilled (see `fetched`).
             let pending = q.pending - q.fetched;
@@ -290,13 +290,13 @@ impl Engine {
     pub(crate) fn sw_ctrl(&self, dev: &DeviceCore, dir: Direction, qid: usize, value: u32) {
         let sw_ctrl = QueueSwCtrl::from_bits(value);
         if !sw_ctrl.rst_q() {
-            lock(&self.regs).queues[qid][dir_index(dir)].set(QueueReg::QSwCtrl, value);
+            lock(&self.regs).queues[qid][dir.index()].set(QueueReg::QSwCtrl, value);
             return;
         }
         let mut exec = lock(&self.exec);
         self.drain(dev, &mut exec);
         let mut r = lock(&self.regs);
-        let d = dir_index(dir);
+        let d = dir.index();
         r.queues[qid][d].reset_pointers();
         r.queues[qid][d].set(QueueReg::QSwCtrl, sw_ctrl.with_rst_q(false).into_bits());
         r.queues[qid][1 - d].status = 0;
@@ -309,7 +309,7 @@ impl Engine {
     pub(crate) fn change_state(&self, dev: &Arc<DeviceCore>, dir: Direction, value: u32) {
         {
             let mut r = lock(&self.regs);
-            let s = &mut r.state[dir_index(dir)];
+            let s = &mut r.state[dir.index()];
             if value & regs::CHANGE_STATE_ABORT != 0 {
                 *s = engine_state::ABORT;
             } else if value & regs::CHANGE_STATE_DIS != 0 {

@@ -29,6 +29,20 @@ pub enum Direction {
     Rx,
 }
 
+impl Direction {
+    /// Index of the direction in per-direction arrays: 0 for TX, 1 for RX.
+    ///
+    /// ```
+    /// assert_eq!((udma::Direction::Tx.index(), udma::Direction::Rx.index()), (0, 1));
+    /// ```
+    pub const fn index(self) -> usize {
+        match self {
+            Direction::Tx => 0,
+            Direction::Rx => 1,
+        }
+    }
+}
+
 impl core::fmt::Display for Direction {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {

@@ -255,7 +255,7 @@ impl Register {
             return None;
         }
         let word = ((rel - QUEUES_OFFSET) % QUEUE_STRIDE / 4) as usize;
-        let reg = QUEUE_REG_AT[dir_index(dir)][word]?;
+        let reg = QUEUE_REG_AT[dir.index()][word]?;
         Some(Register::Queue { dir, qid: qid as u32, reg })
     }
 
@@ -287,13 +287,6 @@ const QUEUE_REG_AT: [[Option<QueueReg>; (QUEUE_STRIDE / 4) as usize]; 2] = {
     }
     table
 };
-
-const fn dir_index(dir: Direction) -> usize {
-    match dir {
-        Direction::Tx => 0,
-        Direction::Rx => 1,
-    }
-}
 
 /// `cfg` (FACTS §2.3): bits other than 16, 17 and 25:24 are not documented (FACTS §8) and are kept as read.
 ///
@@ -650,7 +643,7 @@ mod tests {
     fn the_queue_register_table_matches_the_search() {
         for dir in [Tx, Rx] {
             for word in 0..(QUEUE_STRIDE / 4) {
-                assert_eq!(QUEUE_REG_AT[dir_index(dir)][word as usize], QueueReg::at(dir, word * 4), "{dir:?} {word}");
+                assert_eq!(QUEUE_REG_AT[dir.index()][word as usize], QueueReg::at(dir, word * 4), "{dir:?} {word}");
             }
             for qid in 0..crate::DMA_MAX_Q {
                 for &reg in QueueReg::ALL.iter().filter(|r| r.offset(dir).is_some()) {
