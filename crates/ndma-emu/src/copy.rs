@@ -53,52 +53,69 @@ impl Copy {
         }
     }
 
-    /// How many copies at the start of `list` (at least 1) can be performed together by
-    /// [`Copy::perform_group`]: up to [`bulk::LANES`] that each stream (a page or more to an aligned
-    /// destination), land in HBM, and are independent — no destination overlaps another copy's source or
-    /// destination and none overlaps its own source, so performing them at once equals performing them
-    /// in turn.
-    pub(crate) fn group_len(map: &AddrMap, list: &[Copy]) -> usize {
+    /// The copies at the start of `list` (at least the first) that [`Group::perform`] can perform together:
+    /// up to [`bulk::LANES`] that each stream (a page or more to an aligned destination), land in HBM, and
+    /// are independent — no destination overlaps another copy's source or destination and none overlaps its
+    /// own source, so performing them at once equals performing them in turn.
+    pub(crate) fn group(map: &AddrMap, list: &[Copy]) -> Group {
+        let mut g =
+            Group { lanes: [bulk::Lane { src: ptr::null(), dst: ptr::null_mut(), len: 0 }; bulk::LANES], len: 0 };
         if !bulk::streams_available() {
-            return 1;
+            g.len = 1;
+            return g;
         }
-        let streams = |c: &Copy| c.dst.space == Space::Hbm && Self::lane(map, c).streams();
-        let mut n = 0;
-        while n < list.len().min(bulk::LANES) {
-            let c = &list[n];
+        while g.len < list.len().min(bulk::LANES) {
+            let c = &list[g.len];
             // A copy over its own source needs memmove's order, which interleaved blocks do not keep.
             let independent = !c.src.overlaps(c.len, c.dst, c.len)
-                && list[..n].iter().all(|p| {
+                && list[..g.len].iter().all(|p| {
                     !p.dst.overlaps(p.len, c.src, c.len)
                         && !p.dst.overlaps(p.len, c.dst, c.len)
                         && !c.dst.overlaps(c.len, p.src, p.len)
                 });
-            if !streams(c) || !independent {
+            let lane = Self::lane(map, c);
+            if c.dst.space != Space::Hbm || !lane.streams() || !independent {
                 break;
             }
-            n += 1;
+            g.lanes[g.len] = lane;
+            g.len += 1;
         }
-        n.max(1)
-    }
-
-    /// Performs a group [`Copy::group_len`] accepted.
-    pub(crate) fn perform_group(map: &AddrMap, group: &[Copy]) {
-        let mut lanes = [bulk::Lane { src: ptr::null(), dst: ptr::null_mut(), len: 0 }; bulk::LANES];
-        for (l, c) in lanes.iter_mut().zip(group) {
-            *l = Self::lane(map, c);
-        }
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: each lane's pointers come from `AddrMap::decode`d locations for its length; `group_len`
-        // checked that the lanes are independent, stream, and that the CPU has AVX2. HBM destinations need
-        // no Release word (no CPU polls HBM).
-        unsafe {
-            bulk::copy_lanes(&lanes[..group.len()]);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        group.iter().for_each(|c| c.perform(map, Batch::Large));
+        g.len = g.len.max(1);
+        g
     }
 
     fn lane(map: &AddrMap, c: &Copy) -> bulk::Lane {
         bulk::Lane { src: map.ptr(c.src), dst: map.ptr(c.dst), len: c.len }
+    }
+}
+
+/// Copies [`Copy::group`] found can be performed together, as the bulk mover's lanes.
+pub(crate) struct Group {
+    lanes: [bulk::Lane; bulk::LANES],
+    len: usize,
+}
+
+impl Group {
+    /// How many copies of the list the group covers (at least 1; only a group of 2 or more is worth
+    /// [`Group::perform`] — a single copy is performed on its own).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Performs a group of 2 or more copies at once.
+    pub(crate) fn perform(&self) {
+        debug_assert!(self.len > 1, "a single copy is performed on its own");
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: each lane's pointers come from `AddrMap::decode`d locations for its length; `Copy::group`
+        // checked that the lanes are independent and stream, and (a group of 2 or more) that the CPU has AVX2.
+        // HBM destinations need no Release word (no CPU polls HBM).
+        unsafe {
+            bulk::copy_lanes(&self.lanes[..self.len]);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        for l in &self.lanes[..self.len] {
+            // SAFETY: as above; the lanes are independent, so one after another equals all at once.
+            unsafe { bulk::copy(l.src, l.dst, l.len) };
+        }
     }
 }

@@ -93,13 +93,17 @@ impl PostedWrites {
         let batch = Batch::of(self.list.iter().map(|c| c.len).sum());
         let mut i = 0;
         while i < self.list.len() {
-            let n = if batch == Batch::Large { Copy::group_len(map, &self.list[i..]) } else { 1 };
-            if n > 1 {
-                Copy::perform_group(map, &self.list[i..i + n]);
-            } else {
-                self.list[i].perform(map, batch);
+            let group = (batch == Batch::Large).then(|| Copy::group(map, &self.list[i..]));
+            match group {
+                Some(g) if g.len() > 1 => {
+                    g.perform();
+                    i += g.len();
+                }
+                _ => {
+                    self.list[i].perform(map, batch);
+                    i += 1;
+                }
             }
-            i += n;
         }
         self.list.clear();
         self.sources.clear();
