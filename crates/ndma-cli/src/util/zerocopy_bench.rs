@@ -125,6 +125,24 @@ pub struct ZcFigure {
     pub memcpy: Samples,
 }
 
+/// `plan.samples` samples of `run` (which does `plan.iters` operations of `size` bytes), each followed by
+/// `plan.iters` memcpys of the same bytes: per-operation times of both.
+fn sampled(plan: Plan, baseline: &mut Baseline, size: u64, mut run: impl FnMut() -> CliResult) -> CliResult<ZcFigure> {
+    baseline.prepare(size);
+    let (mut op, mut memcpy) = (Samples::new(), Samples::new());
+    for _ in 0..plan.samples {
+        let t0 = Instant::now();
+        run()?;
+        op.push(t0.elapsed() / plan.iters as u32);
+        let t0 = Instant::now();
+        for _ in 0..plan.iters {
+            baseline.copy_once(size);
+        }
+        memcpy.push(t0.elapsed() / plan.iters as u32);
+    }
+    Ok(ZcFigure { op, memcpy })
+}
+
 fn mm_err(what: &str, e: &MmError) -> CliError {
     CliError::Emu { what: what.to_string(), msg: e.to_string(), errno: e.errno() }
 }
@@ -242,24 +260,13 @@ impl<'t> ZcBed<'t> {
         } else {
             self.mm.fill(b.va, b.size, DST_FILL).map_err(|e| mm_err(what, &e))?;
         }
-        baseline.prepare(b.size);
-        let (mut op, mut memcpy) = (Samples::new(), Samples::new());
-        for _ in 0..plan.samples {
-            let t0 = Instant::now();
-            self.transfer(b, way, mode, to_device, plan.iters, what)?;
-            op.push(t0.elapsed() / plan.iters as u32);
-            let t0 = Instant::now();
-            for _ in 0..plan.iters {
-                baseline.copy_once(b.size);
-            }
-            memcpy.push(t0.elapsed() / plan.iters as u32);
-        }
+        let figure = sampled(plan, baseline, b.size, || self.transfer(b, way, mode, to_device, plan.iters, what))?;
         if to_device {
             verify_chunk(emu, &b.mc, 0, b.size, Expect::Pattern(seed), what)?;
         } else {
             self.verify_user(b, seed, what)?;
         }
-        Ok(ZcFigure { op, memcpy })
+        Ok(figure)
     }
 
     /// The CPU copying the user buffer's pages into a contiguous buffer (the bounce chunk), run by run, `plan`
@@ -274,22 +281,10 @@ impl<'t> ZcBed<'t> {
         let what = format!("user_copy of {} {} bytes", b.layout.name(), b.size);
         self.write_user_pattern(b, seed)?;
         self.bounce_copy(b, 0, b.size, true)?;
-        baseline.prepare(b.size);
-        let (mut op, mut memcpy) = (Samples::new(), Samples::new());
-        for _ in 0..plan.samples {
-            let t0 = Instant::now();
-            for _ in 0..plan.iters {
-                self.bounce_copy(b, 0, b.size, true)?;
-            }
-            op.push(t0.elapsed() / plan.iters as u32);
-            let t0 = Instant::now();
-            for _ in 0..plan.iters {
-                baseline.copy_once(b.size);
-            }
-            memcpy.push(t0.elapsed() / plan.iters as u32);
-        }
+        let figure =
+            sampled(plan, baseline, b.size, || (0..plan.iters).try_for_each(|_| self.bounce_copy(b, 0, b.size, true)))?;
         verify_chunk(self.tb.emu.device(0), &b.bounce, 0, b.size, Expect::Pattern(seed), &what)?;
-        Ok(ZcFigure { op, memcpy })
+        Ok(figure)
     }
 
     /// `reps` transfers of the whole buffer (`what` names them in errors).
