@@ -73,12 +73,12 @@ impl Bench {
     fn run_once(&mut self) -> Duration {
         let s = self.src.phys_addr() | self.phb;
         let pairs = (0..u64::from(PAIRS)).map(|i| (s + i * DESC as u64, DESC as u32));
-        self.run(pairs.collect())
+        self.run(&pairs.collect::<Vec<_>>())
     }
 
     /// Stages `(source, length)` pairs to consecutive HBM, the last with a write barrier, and the marker
     /// (untimed), then times doorbell → marker observed.
-    fn run(&mut self, pairs: Vec<(u64, u32)>) -> Duration {
+    fn run(&mut self, pairs: &[(u64, u32)]) -> Duration {
         let mut dst = self.dst;
         let n = pairs.len() as u32;
         for (i, &(src, len)) in pairs.iter().enumerate() {
@@ -216,9 +216,9 @@ fn layout(c: &mut Criterion) {
         (0..u64::from(PAGE_PAIRS)).map(|i| (base + i * PAGE as u64, PAGE as u32)).collect();
     let mut means = Vec::new();
     for (name, pairs) in [("contiguous", &contiguous), ("scattered", &scattered)] {
-        bench.run(pairs.clone());
+        bench.run(pairs);
         let t = acc();
-        g.bench_function(name, |bch| bch.iter_custom(|iters| timed(&t, iters, || bench.run(pairs.clone()))));
+        g.bench_function(name, |bch| bch.iter_custom(|iters| timed(&t, iters, || bench.run(pairs))));
         means.push((mean(&t), best(&t)));
     }
     g.finish();
