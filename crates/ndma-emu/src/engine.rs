@@ -247,6 +247,9 @@ impl Engine {
             let mut r = lock(&self.regs);
             // Under `regs`, which every doorbell of this engine takes.
             EngineCounters::bump(&self.stats.doorbells, 1);
+            // Runnable already: whoever executes this pair keeps claiming until nothing is runnable (a waiter
+            // that stops early hands the rest back to the worker), so more work needs no second wake.
+            let was_runnable = r.runnable(qid);
             let q = &mut r.queues[qid][dir.index()];
             let ring_len = q.ring_len();
             // Slots of the batch in progress that it already fetched may be refilled (see `fetched`).
@@ -267,13 +270,15 @@ impl Engine {
                     let last = if q.tail == 0 { ring_len - 1 } else { q.tail - 1 };
                     dev.plan.on_rx_doorbell(self.id, qid as u32, last);
                 }
+                r.note_pending(qid);
                 // Work exists once both rings of the pair have some: the first of a copy's two doorbells
-                // (RX, then TX) marks nothing and wakes nobody.
-                let runnable = r.runnable(qid);
-                if runnable {
+                // (RX, then TX) marks nothing and wakes nobody, and neither does one that adds to work already
+                // runnable (marked when it became so, and unmarked only once nothing is).
+                let became_runnable = !was_runnable && r.runnable(qid);
+                if became_runnable {
                     dev.activity.mark(dev.index, self.id);
                 }
-                Ok(runnable)
+                Ok(became_runnable)
             }
         };
         match accepted {
@@ -298,6 +303,7 @@ impl Engine {
         let mut r = lock(&self.regs);
         let d = dir.index();
         r.queues[qid][d].reset_pointers();
+        r.note_pending(qid);
         r.queues[qid][d].set(QueueReg::QSwCtrl, sw_ctrl.with_rst_q(false).into_bits());
         r.queues[qid][1 - d].status = 0;
         r.pairs[qid] = PairState::default();
@@ -325,7 +331,7 @@ impl Engine {
     pub(crate) fn wake_if_runnable(&self, dev: &Arc<DeviceCore>) {
         let any = {
             let r = lock(&self.regs);
-            let any = (0..r.queues.len()).any(|q| r.runnable(q));
+            let any = r.any_runnable();
             if any {
                 dev.activity.mark(dev.index, self.id);
             }
@@ -440,8 +446,7 @@ impl Engine {
 
     /// Does a queue pair of this engine have runnable work?
     fn has_runnable(&self, _dev: &DeviceCore) -> bool {
-        let r = lock(&self.regs);
-        (0..r.queues.len()).any(|q| r.runnable(q))
+        lock(&self.regs).any_runnable()
     }
 
     /// The engine ran out of work: in Relaxed mode its posted writes land now.
@@ -592,6 +597,7 @@ impl Engine {
                 q.status = kind.status_code();
             }
         }
+        r.note_pending(end.qid);
         if end.fault.is_some() {
             r.pairs[end.qid].halted = true;
         }
