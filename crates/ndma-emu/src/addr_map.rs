@@ -35,20 +35,22 @@ impl Loc {
 /// One device's view of memory.
 #[derive(Debug)]
 pub(crate) struct AddrMap {
-    arch: Arch,
+    /// The arch's `pci_host_base` and `host_addr_mask`, read once: every descriptor decodes two addresses.
+    pci_host_base: u64,
+    host_addr_mask: u64,
     host: Arc<HostMemory>,
     hbm: Arc<Hbm>,
 }
 
 impl AddrMap {
     pub(crate) fn new(arch: Arch, host: Arc<HostMemory>, hbm: Arc<Hbm>) -> Self {
-        AddrMap { arch, host, hbm }
+        AddrMap { pci_host_base: arch.pci_host_base(), host_addr_mask: arch.host_addr_mask(), host, hbm }
     }
 
-    /// The space and physical address a device address selects.
+    /// The space and physical address a device address selects (the test of [`Arch::is_host_addr`]).
     pub(crate) fn route(&self, addr: u64) -> (Space, u64) {
-        if self.arch.is_host_addr(addr) {
-            (Space::Host, addr & !self.arch.pci_host_base())
+        if addr & self.host_addr_mask == self.pci_host_base {
+            (Space::Host, addr & !self.pci_host_base)
         } else {
             (Space::Hbm, addr)
         }
