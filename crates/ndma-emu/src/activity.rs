@@ -5,7 +5,7 @@
 //! A delay that finds nothing marked reads one word, so an idle system costs a waiting thread nothing; with
 //! work marked it reads a few words per device, never every engine.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use udma::Arch;
 
@@ -20,6 +20,9 @@ pub(crate) struct Activity {
     marked: AtomicUsize,
     /// Threads asleep until a batch ends.
     pub(crate) waiters: Waiters,
+    /// Whether waiting threads execute pending work themselves (`EmuPlatform::set_assist`): the platform's
+    /// delays read it, and so do the engines' workers, which leave the work to the waiters when they do.
+    assist: AtomicBool,
 }
 
 impl Activity {
@@ -30,7 +33,20 @@ impl Activity {
             runnable: (0..devices).map(|_| (0..words).map(|_| AtomicU64::new(0)).collect()).collect(),
             marked: AtomicUsize::new(0),
             waiters: Waiters::new(),
+            assist: AtomicBool::new(true),
         }
+    }
+
+    /// Do waiting threads execute pending work (on by default)?
+    pub(crate) fn assist(&self) -> bool {
+        // Relaxed: a setting read on its own.
+        self.assist.load(Ordering::Relaxed)
+    }
+
+    /// Turns the waiters' execution of pending work on or off.
+    pub(crate) fn set_assist(&self, on: bool) {
+        // Relaxed: a setting read on its own.
+        self.assist.store(on, Ordering::Relaxed);
     }
 
     /// Marks engine `eng` of device `dev` as possibly runnable. Called under that engine's register lock, as

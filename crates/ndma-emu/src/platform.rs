@@ -20,8 +20,6 @@ pub struct EmuPlatform {
     /// The system's engines, which delays execute when nobody else does; `None` for a bare platform.
     engines: Option<Engines>,
     timing: AtomicU8,
-    /// Whether real-clock delays execute pending engine work themselves (see [`EmuPlatform::set_assist`]).
-    assist: AtomicBool,
     emulation: AtomicBool,
     prefetches: Mutex<Vec<(u64, u64)>>,
     fail_prefetch: AtomicBool,
@@ -56,7 +54,6 @@ impl EmuPlatform {
             clock,
             engines,
             timing: AtomicU8::new(WaitTiming::Marker as u8),
-            assist: AtomicBool::new(true),
             emulation: AtomicBool::new(false),
             prefetches: Mutex::new(Vec::new()),
             fail_prefetch: AtomicBool::new(false),
@@ -90,15 +87,20 @@ impl EmuPlatform {
     /// (`ndma bench` reports the round trip both ways). Leave it on with [`crate::ExecPolicy::Deferred`],
     /// whose work only waiting threads execute. A fake-clock delay always executes pending work (virtual time
     /// passes only there).
+    ///
+    /// The engines' worker threads follow the setting too: with it on they leave work to the waiters (after
+    /// a batch they go back to dozing rather than spin for the next doorbell); with it off they spin after
+    /// each batch, since nobody else will execute the next one.
     pub fn set_assist(&self, on: bool) {
-        // Relaxed: a setting read on its own.
-        self.assist.store(on, Ordering::Relaxed);
+        if let Some(e) = &self.engines {
+            e.activity.set_assist(on);
+        }
     }
 
-    /// Whether real-clock delays execute pending engine work (see [`EmuPlatform::set_assist`]).
+    /// Whether real-clock delays execute pending engine work (see [`EmuPlatform::set_assist`]); false for a
+    /// bare platform, which knows no engines.
     pub fn assist(&self) -> bool {
-        // Relaxed: a setting read on its own.
-        self.assist.load(Ordering::Relaxed)
+        self.engines.as_ref().is_some_and(|e| e.activity.assist())
     }
 
     /// The clock the platform runs on.

@@ -21,6 +21,13 @@ pub struct EngineStats {
     pub delayed_us: u64,
     /// Nanoseconds the bandwidth limit charged for copies (bytes / rate, as planned, not as measured).
     pub throttled_ns: u64,
+    /// Times the engine's worker thread found work and executed it (`ExecPolicy::Threaded`); the rest ran on
+    /// the threads that rang the doorbells or waited for the work.
+    pub worker_runs: u64,
+    /// Of those, the times the worker then spun for the next doorbell instead of dozing: only when waiting
+    /// threads do not execute work (`EmuPlatform::set_assist`). Counted before `worker_runs`, so a snapshot
+    /// that sees a run also sees whether it spun.
+    pub worker_spins: u64,
 }
 
 impl EngineStats {
@@ -35,6 +42,8 @@ impl EngineStats {
             drains: self.drains.wrapping_sub(earlier.drains),
             delayed_us: self.delayed_us.wrapping_sub(earlier.delayed_us),
             throttled_ns: self.throttled_ns.wrapping_sub(earlier.throttled_ns),
+            worker_runs: self.worker_runs.wrapping_sub(earlier.worker_runs),
+            worker_spins: self.worker_spins.wrapping_sub(earlier.worker_spins),
         }
     }
 }
@@ -51,6 +60,9 @@ pub(crate) struct EngineCounters {
     pub(crate) drains: AtomicU64,
     pub(crate) delayed_us: AtomicU64,
     pub(crate) throttled_ns: AtomicU64,
+    /// Written by the worker thread only (program order: `worker_spins`, then `worker_runs` with Release).
+    pub(crate) worker_runs: AtomicU64,
+    pub(crate) worker_spins: AtomicU64,
 }
 
 impl EngineCounters {
@@ -67,10 +79,23 @@ impl EngineCounters {
         c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
+    /// The worker executed work and then spun (`spun`) or not.
+    pub(crate) fn worker_ran(&self, spun: bool) {
+        if spun {
+            Self::bump(&self.worker_spins, 1);
+        }
+        // Release: a snapshot whose Acquire load reads this run also reads the spin count written before it.
+        self.worker_runs.store(self.worker_runs.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
     pub(crate) fn snapshot(&self) -> EngineStats {
+        // Acquire, and first: pairs with the Release in `worker_ran` (the only ordering among the counters).
+        let worker_runs = self.worker_runs.load(Ordering::Acquire);
         // Relaxed: a statistic (see the type doc).
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         EngineStats {
+            worker_runs,
+            worker_spins: get(&self.worker_spins),
             descriptors: get(&self.descriptors),
             bytes: get(&self.bytes),
             doorbells: get(&self.doorbells),

@@ -158,3 +158,36 @@ fn a_doorbell_may_refill_the_slots_a_running_batch_has_passed() {
     assert!(rig.dev.faults().is_empty(), "{:?}", rig.dev.faults());
     assert_eq!(rig.dev.engine_stats(rig.eng).unwrap().descriptors, u64::from(total + free));
 }
+
+/// After a batch, the worker spins for the next doorbell only when nobody else would execute it: with the
+/// platform's assist on (waiting threads execute pending work) it goes back to dozing, so it does not take
+/// the next doorbell's work from the thread about to wait for it; with the assist off it spins.
+#[test]
+fn the_worker_spins_after_a_batch_only_when_waiters_do_not_execute_work() {
+    for assist in [true, false] {
+        let mut rig = Rig::new(Arch::V3, ExecPolicy::Threaded, OrderingMode::Strict);
+        rig.sys.platform().set_assist(assist);
+        assert_eq!(rig.sys.platform().assist(), assist);
+        let src = rig.dev.host().alloc(4096, 4096).unwrap();
+        let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
+        let s = rig.host_addr(&src, 0);
+        for i in 0..3 {
+            let data = pattern(i, 0, 4096);
+            src.write_bytes(0, &data).unwrap();
+            // Polled without executing anything: only the worker runs these copies.
+            rig.copy(s, dst.pa, 4096, Barrier::WriteBarrier);
+            let mut got = vec![0; 4096];
+            rig.dev.hbm_read(dst.pa, &mut got).unwrap();
+            assert!(got == data, "assist {assist}, copy {i}");
+        }
+        assert!(poll(|| rig.dev.engine_stats(rig.eng).unwrap().worker_runs >= 1));
+        let st = rig.dev.engine_stats(rig.eng).unwrap();
+        assert_eq!(st.descriptors, 6, "assist {assist}");
+        if assist {
+            assert_eq!(st.worker_spins, 0, "{} runs", st.worker_runs);
+        } else {
+            // A run counts its spin first: a snapshot may see the spin of a run it does not count yet.
+            assert!((st.worker_runs..=st.worker_runs + 1).contains(&st.worker_spins), "{st:?}");
+        }
+    }
+}
