@@ -156,6 +156,15 @@ struct Claim {
     plan_active: bool,
 }
 
+/// What one `step` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Nothing was runnable.
+    Idle,
+    /// Executed (or hung) a batch; `more`: a queue pair had runnable work left when it retired.
+    Ran { more: bool },
+}
+
 /// What `claim` found.
 enum Pick {
     /// Nothing runnable.
@@ -369,7 +378,7 @@ impl Engine {
     /// whether it executed anything.
     pub(crate) fn run_until_idle_or_stopped(&self, dev: &DeviceCore, stop: &dyn Fn() -> bool) -> bool {
         let mut ran = false;
-        while !stop() && self.step(dev, lock(&self.exec)) {
+        while !stop() && self.step(dev, lock(&self.exec)) != Step::Idle {
             ran = true;
         }
         self.settle(dev);
@@ -391,7 +400,7 @@ impl Engine {
                 // The holder settles when it runs out of work, or rings us if it stops before.
                 Err(TryLockError::WouldBlock) => return ran,
             };
-            if !self.step(dev, exec) {
+            if self.step(dev, exec) == Step::Idle {
                 break;
             }
             ran = true;
@@ -423,14 +432,12 @@ impl Engine {
                 // Someone else took over: they run until idle and settle.
                 Err(TryLockError::WouldBlock) => return if ran { Assist::Ran } else { Assist::Busy },
             };
-            if !self.step(dev, exec) {
-                break;
-            }
+            let Step::Ran { more } = self.step(dev, exec) else { break };
             ran = true;
             if done() {
                 // Not idle: no settling; whoever runs the rest settles. A worker that found the lock held
-                // left the rest to us: hand it back.
-                if dev.exec == ExecPolicy::Threaded && self.has_runnable(dev) {
+                // left the rest to us: hand it back. (Work rung in after the batch retired woke it itself.)
+                if dev.exec == ExecPolicy::Threaded && more {
                     self.signal.ring();
                 }
                 return Assist::Ran;
@@ -442,11 +449,6 @@ impl Engine {
         } else {
             Assist::Idle
         }
-    }
-
-    /// Does a queue pair of this engine have runnable work?
-    fn has_runnable(&self, _dev: &DeviceCore) -> bool {
-        lock(&self.regs).any_runnable()
     }
 
     /// The engine ran out of work: in Relaxed mode its posted writes land now.
@@ -486,20 +488,21 @@ impl Engine {
 
     /// Executes one batch of descriptor pairs of one runnable queue pair, holding `exec` (released before the
     /// batch's faults are reported and waiters notified). Returns false when nothing is runnable.
-    fn step(&self, dev: &DeviceCore, mut exec: MutexGuard<'_, ExecState>) -> bool {
+    fn step(&self, dev: &DeviceCore, mut exec: MutexGuard<'_, ExecState>) -> Step {
         let claim = match self.claim(dev) {
-            Pick::Idle => return false,
+            Pick::Idle => return Step::Idle,
             Pick::Hung => {
                 drop(exec);
                 dev.activity.waiters.notify();
-                return true;
+                // Other pairs may have work: let the caller look.
+                return Step::Ran { more: true };
             }
             Pick::Run(claim) => claim,
         };
-        let end = self.run_batch(dev, &mut exec, claim);
+        let (end, more) = self.run_batch(dev, &mut exec, claim);
         drop(exec);
         self.report(dev, end);
-        true
+        Step::Ran { more }
     }
 
     /// Picks the next runnable queue pair (round robin) and reads its cursors; hangs it instead when a V2
@@ -534,7 +537,8 @@ impl Engine {
     }
 
     /// Fetches, executes and retires the pairs of `claim`; counts and traces the batch.
-    fn run_batch(&self, dev: &DeviceCore, exec: &mut ExecState, claim: Claim) -> BatchEnd {
+    /// Also returns whether a queue pair had runnable work left when the batch retired.
+    fn run_batch(&self, dev: &DeviceCore, exec: &mut ExecState, claim: Claim) -> (BatchEnd, bool) {
         let start = dev.trace.enabled().then(Instant::now);
         let mut ops = std::mem::take(&mut exec.scratch);
         let end = self.fetch_batch(dev, &claim, &mut ops);
@@ -548,7 +552,7 @@ impl Engine {
         let bytes = self.execute(dev, exec, &ops, claim.plan_active);
         ops.clear();
         exec.scratch = ops;
-        self.retire(&end);
+        let more = self.retire(&end);
         if let Some(start) = start.filter(|_| end.done > 0) {
             let kind = EngineEventKind::Batch { descriptors: end.done, bytes };
             let e = EngineEvent { engine: self.id, qid: claim.qid as u32, kind, start, end: Instant::now() };
@@ -557,7 +561,7 @@ impl Engine {
         // Counted before the exec lock is released, so a reset (which takes it) sees final counters.
         EngineCounters::bump(&self.stats.descriptors, u64::from(end.done));
         EngineCounters::bump(&self.stats.bytes, bytes);
-        end
+        (end, more)
     }
 
     /// Fetches up to `claim.budget` pairs into `ops`, stopping at the first that faults.
@@ -584,7 +588,8 @@ impl Engine {
     }
 
     /// Moves the queue pair's heads past the executed pairs; a fault halts the pair with its status code.
-    fn retire(&self, end: &BatchEnd) {
+    /// Returns whether any queue pair has runnable work left (doorbells that came during the batch).
+    fn retire(&self, end: &BatchEnd) -> bool {
         let mut r = lock(&self.regs);
         for (d, c) in [(0, end.tx), (1, end.rx)] {
             let q = &mut r.queues[end.qid][d];
@@ -601,6 +606,7 @@ impl Engine {
         if end.fault.is_some() {
             r.pairs[end.qid].halted = true;
         }
+        r.any_runnable()
     }
 
     /// After the exec lock is released: records the batch's fault and corruption, and wakes sleeping waiters
