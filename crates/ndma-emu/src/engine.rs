@@ -745,8 +745,17 @@ impl Engine {
         let mut bytes = 0;
         let mut i = 0;
         while i < ops.len() {
-            let (op, next) = Self::merge_run(ops, i);
-            i = next;
+            // Most ops merge with nothing (a scattered page, a marker): use them in place, without a copy.
+            let run;
+            let op = if ops.get(i + 1).is_some_and(|next| Self::joins(&ops[i], next)) {
+                let (merged, next) = Self::merge_run(ops, i);
+                run = merged;
+                i = next;
+                &run
+            } else {
+                i += 1;
+                &ops[i - 1]
+            };
             if op.drain_before {
                 self.drain(dev, exec);
             }
@@ -754,7 +763,7 @@ impl Engine {
                 self.inject_delay(delay_us.saturating_mul(op.descs));
             }
             let start = rate.map(|_| Instant::now());
-            self.land(dev, exec, &op, posts, batch);
+            self.land(dev, exec, op, posts, batch);
             EngineCounters::bump(&self.stats.copies, 1);
             if op.write_barrier {
                 self.drain(dev, exec);
@@ -765,6 +774,11 @@ impl Engine {
             bytes += op.copy.len as u64;
         }
         bytes
+    }
+
+    /// Does `next` merge into `op` (contiguous, and no barrier or dropped write between)?
+    fn joins(op: &Op, next: &Op) -> bool {
+        !op.write_barrier && !next.drain_before && !op.dropped && !next.dropped && op.copy.merged(&next.copy).is_some()
     }
 
     /// The op at `ops[i]` merged with the contiguous ops after it (one memmove) up to a barrier or a dropped
