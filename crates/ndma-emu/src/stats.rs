@@ -71,11 +71,12 @@ impl EngineCounters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// [`EngineCounters::add`] for a counter only ever written under one lock (the engine's exec lock, or
-    /// its register lock for `doorbells`): a plain load and store instead of a locked read-modify-write,
-    /// since the lock already orders the writers. A small copy counts half a dozen of these.
+    /// [`EngineCounters::add`] for a counter with one writer at a time — written only under one lock (the
+    /// engine's exec lock, or its register lock for `doorbells`) or only by the engine's worker thread: a
+    /// plain load and store instead of a locked read-modify-write, since the lock or the single thread
+    /// already orders the writes. A small copy counts half a dozen of these.
     pub(crate) fn bump(c: &AtomicU64, n: u64) {
-        // Relaxed: a statistic; the one lock its writers hold orders them.
+        // Relaxed: a statistic; the one lock its writers hold, or its one writing thread, orders them.
         c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
