@@ -53,9 +53,17 @@ impl Activity {
     /// is [`Activity::unmark`], so the bit of one engine changes in lock order.
     pub(crate) fn mark(&self, dev: usize, eng: u32) {
         let (word, bit) = Self::slot(eng);
+        let w = &self.runnable[dev][word];
+        // Already set (an engine stays marked until a claim finds it idle): a plain load instead of a locked
+        // read-modify-write, which costs most on the doorbell path. Only this engine's register lock, which the
+        // caller holds, changes this bit, so it cannot be cleared between this load and the return.
         // Relaxed: the bit is a hint ordered by the register lock it is changed under; a waiter that reads it
         // still takes the engine's locks before it executes anything.
-        if self.runnable[dev][word].fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+        if w.load(Ordering::Relaxed) & bit != 0 {
+            return;
+        }
+        // Relaxed: as above.
+        if w.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
             // Relaxed: a count of hints (as above).
             self.marked.fetch_add(1, Ordering::Relaxed);
         }
