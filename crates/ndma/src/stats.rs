@@ -22,6 +22,7 @@ pub struct RingStats {
     aborts: AtomicU64,
     zc_pieces: AtomicU64,
     cqes: AtomicU64,
+    zc_passes: AtomicU64,
 }
 
 /// A snapshot of one ring's counters ([`NeuronDevice::ring_stats`]) or of a device's ([`NeuronDevice::stats`]).
@@ -76,6 +77,9 @@ pub struct StatsSnapshot {
     pub zc_pieces: u64,
     /// Completion-queue entries produced (posted or backlogged).
     pub cqes: u64,
+    /// Passes of the completion thread over the ring (each takes the ring lock once and retires every piece
+    /// that is over, at least one).
+    pub zc_passes: u64,
 }
 
 macro_rules! counters {
@@ -126,4 +130,5 @@ counters! {
     aborts => add_aborts,
     zc_pieces => add_zc_pieces,
     cqes => add_cqes,
+    zc_passes => add_zc_passes,
 }

@@ -395,6 +395,32 @@ fn async_requests_complete_exactly_once_in_order_with_their_results() {
     z.assert_no_leaks("async");
 }
 
+/// The completion thread retires every piece that is already over in one pass: a request whose pieces
+/// finished before the thread looked (inline engines execute each piece at its doorbell) costs two passes under
+/// the ring lock — one for the pieces the submit issued, one for the last piece, which an async submit leaves
+/// pinned for the thread to issue (FACTS §5.6) — not one per piece.
+#[test]
+fn pieces_already_over_are_retired_in_one_pass() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let size = 2 << 20;
+    let va = z.map((size / PAGE) as usize, Placement::Runs { k: 16, seed: 5 });
+    let data = pattern(31, 0, size as usize);
+    z.mm.write(va, &data).unwrap();
+    let mc = alloc(dev, false, size, 0).unwrap();
+    let before = dev.ring_stats(0).unwrap();
+    let op = BatchOp { offset: 0, size, buffer: va };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 7, 70).unwrap();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 7, compl_ret: 0, context: 70 }]);
+    let s = dev.ring_stats(0).unwrap().since(&before);
+    assert_eq!(s.zc_pieces, pieces(size, 0), "256 KiB pieces");
+    assert_eq!(s.zc_passes, 2, "seven pieces over when the thread looked, then the one it issued");
+    assert_eq!((s.cqes, cq.pop()), (1, None));
+    assert!(read_vec(emu, &mc, 0, size).unwrap() == data);
+    z.assert_no_leaks("one pass");
+}
+
 #[test]
 fn an_async_hang_fails_its_request_and_the_next_ones_complete() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);

@@ -10,6 +10,7 @@
 //! A piece that fails in step 2 or 3 becomes `Completed` with its error, in place: its request's completion
 //! is then posted when it reaches the head, so completions stay in queue order.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::build::plan_descriptors;
@@ -19,7 +20,7 @@ use super::pin::pin_remote;
 use super::queue::{CtxQueue, DrainStep};
 use super::sizing::{descs_available, should_wait};
 use super::{NDMA_CTX_QUEUE_DEFAULT_CAPACITY, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
-use crate::classic::marker::add_completion_desc;
+use crate::classic::marker::{add_completion_desc, DMA_COMPLETION_MARKER};
 use crate::classic::wait::{wait_marker, MarkerWait};
 use crate::classic::RingGuard;
 use crate::device::NeuronDevice;
@@ -330,7 +331,11 @@ impl RingGuard<'_> {
         loop {
             let q = &self.inner.zc.as_ref().expect("checked").queue;
             let avail = self.ring_available();
-            let must = p.retired == 0 || should_wait(q.nr_pinned_pages(), q.pin_budget(), q.is_full(), avail, &mut thr);
+            // Beyond the driver's rule (one, and more only while it must wait for room): every piece that is
+            // already over, so a burst of finished pieces costs one pass under the ring lock, not one each.
+            let must = p.retired == 0
+                || should_wait(q.nr_pinned_pages(), q.pin_budget(), q.is_full(), avail, &mut thr)
+                || self.zc_head_done();
             // Sequence-0 pieces belong to a synchronous submit, which holds the lock: none is queued here.
             if !must || !matches!(self.zc_retire_one(), Ok(true)) {
                 break;
@@ -346,6 +351,29 @@ impl RingGuard<'_> {
             zc.cq.flush();
         }
         p
+    }
+
+    /// Is the head of the submitted region over — a completed dummy, or a piece whose marker is visible — so
+    /// that retiring it waits for nothing?
+    fn zc_head_done(&self) -> bool {
+        let Some(zc) = self.inner.zc.as_ref() else { return false };
+        let Some(i) = zc.queue.peek_submitted() else { return false };
+        zc.queue.entry(i).state == ZcState::Completed
+            || zc
+                .completion
+                // Acquire: as the marker wait's — the piece's writes are visible once this reads its marker.
+                .load_u32(i as usize * MARKER_SLOT + 4, Ordering::Acquire)
+                .is_ok_and(|w| w == DMA_COMPLETION_MARKER)
+    }
+
+    /// The marker word of the head of the submitted region when it is a piece still running: its memory (kept
+    /// alive by the handle) and offset. The completion thread waits on it between passes, without the ring
+    /// lock.
+    pub(crate) fn zc_head_marker(&self) -> Option<(HostBuf, usize)> {
+        let zc = self.inner.zc.as_ref()?;
+        let i = zc.queue.peek_submitted()?;
+        (zc.queue.entry(i).state != ZcState::Completed)
+            .then(|| (Arc::clone(&zc.completion), i as usize * MARKER_SLOT + 4))
     }
 
     /// Does the queue still hold contexts?

@@ -230,6 +230,11 @@ impl CtxQueue {
         Some(old)
     }
 
+    /// The slot `pop_submitted` would pop, if any.
+    pub(crate) fn peek_submitted(&self) -> Option<u32> {
+        (!self.submitted_empty()).then_some(self.head)
+    }
+
     /// `pop_submitted`: pops the head only when it is in the submitted region (no unchecked pop).
     pub(crate) fn pop_submitted(&mut self) -> Option<u32> {
         if self.submitted_empty() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::classic::RingGuard;
 use crate::device::NeuronDevice;
-use crate::{NdmaError, Result};
+use crate::{NdmaError, Result, DMA_COMPLETION_MARKER};
 
 /// How long a pass that moved nothing waits before the next (a consumer freeing completion-queue room does
 /// not kick the thread).
@@ -122,11 +122,23 @@ fn run(shared: &Shared, dev: &Weak<NeuronDevice>) {
         for bit in (0..64).filter(|b| bits & (1 << b) != 0) {
             let Some(ring) = dev.ring_of_bit(bit) else { continue };
             let mut g = RingGuard::lock(&dev, ring);
+            ring.stats.add_zc_passes(1);
             moved |= g.zc_complete().any();
             // Stopping: completions nobody will read no longer hold the thread.
             let left = if stopping { g.zc_queued() } else { g.zc_pending() };
             if left {
                 again |= 1 << bit;
+            }
+            let head = g.zc_head_marker();
+            drop(g);
+            if let Some((completion, offset)) = head {
+                // Before the next pass takes the ring lock, a zero-length wait on the head piece's marker: on
+                // hardware it returns at once; on a platform whose delays run the engine (the model) it runs
+                // the piece now, without the ring lock, so submitters are not held up for a copy's length.
+                // The next pass retires the piece (with the driver's budgeted wait if it is still running).
+                if let Ok(word) = completion.word(offset) {
+                    dev.platform.delay_until(word, DMA_COMPLETION_MARKER, 0);
+                }
             }
         }
         drop(dev);
