@@ -4,7 +4,9 @@
 //!
 //! Unlike the driver's thread it does not spin over a queue that waits on the engine: the marker wait of step 1
 //! sleeps (a marker-aware delay) while the head piece runs, and a pass that moves nothing (pin budget, a full
-//! completion queue nobody reads) waits for a kick or a millisecond before the next.
+//! completion queue nobody reads) waits for a kick or a millisecond before the next. A pass retires every piece
+//! that is already over, and between passes the thread waits on the head piece without the ring lock (a
+//! zero-length marker-aware delay), so submitters are not held up behind it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
