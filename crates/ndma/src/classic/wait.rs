@@ -144,7 +144,11 @@ pub(crate) fn wait_marker(
 /// Is the completion marker of context `slot` visible now (`Acquire`)? A snapshot for non-blocking queries;
 /// it neither re-arms nor acks.
 pub(crate) fn marker_visible(ring: &H2tRing, slot: usize) -> bool {
-    ring.completion
-        .load_u32(H2tRing::completion_slot(slot) + 4, Ordering::Acquire)
-        .is_ok_and(|w| w == DMA_COMPLETION_MARKER)
+    marker_holds(&*ring.completion, H2tRing::completion_slot(slot) + 4)
+}
+
+/// Does the marker word at `offset` of `mem` hold the marker now? `Acquire`: pairs with the engine's release of
+/// the marker write, so what the batch wrote is visible once this returns true.
+pub(crate) fn marker_holds(mem: &dyn DmaMemory, offset: usize) -> bool {
+    mem.load_u32(offset, Ordering::Acquire).is_ok_and(|w| w == DMA_COMPLETION_MARKER)
 }

@@ -10,7 +10,6 @@
 //! A piece that fails in step 2 or 3 becomes `Completed` with its error, in place: its request's completion
 //! is then posted when it reaches the head, so completions stay in queue order.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::build::plan_descriptors;
@@ -20,8 +19,8 @@ use super::pin::pin_remote;
 use super::queue::{CtxQueue, DrainStep};
 use super::sizing::{descs_available, should_wait};
 use super::{NDMA_CTX_QUEUE_DEFAULT_CAPACITY, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
-use crate::classic::marker::{add_completion_desc, DMA_COMPLETION_MARKER};
-use crate::classic::wait::{wait_marker, MarkerWait};
+use crate::classic::marker::add_completion_desc;
+use crate::classic::wait::{marker_holds, wait_marker, MarkerWait};
 use crate::classic::RingGuard;
 use crate::device::NeuronDevice;
 use crate::memory::MemChunk;
@@ -31,6 +30,11 @@ use udma::{Arch, Barrier, DmaMemory, M2mQueue};
 
 /// Bytes of marker words per context.
 const MARKER_SLOT: usize = 8;
+
+/// Offset of the word context slot `i`'s marker writes (the second of its two marker words).
+fn marker_word(i: u32) -> usize {
+    i as usize * MARKER_SLOT + 4
+}
 
 /// One ring's zero-copy state (`dma_ctx_queue` + `dma_compl_queue`), created on first use.
 pub(crate) struct ZcRing {
@@ -353,27 +357,25 @@ impl RingGuard<'_> {
         p
     }
 
+    /// The head of the submitted region: the ring's zero-copy state, the head's slot, and whether it is a
+    /// completed dummy (no marker to wait for).
+    fn zc_head(&self) -> Option<(&ZcRing, u32, bool)> {
+        let zc = self.inner.zc.as_deref()?;
+        let i = zc.queue.peek_submitted()?;
+        Some((zc, i, zc.queue.entry(i).state == ZcState::Completed))
+    }
+
     /// Is the head of the submitted region over — a completed dummy, or a piece whose marker is visible — so
     /// that retiring it waits for nothing?
     fn zc_head_done(&self) -> bool {
-        let Some(zc) = self.inner.zc.as_ref() else { return false };
-        let Some(i) = zc.queue.peek_submitted() else { return false };
-        zc.queue.entry(i).state == ZcState::Completed
-            || zc
-                .completion
-                // Acquire: as the marker wait's — the piece's writes are visible once this reads its marker.
-                .load_u32(i as usize * MARKER_SLOT + 4, Ordering::Acquire)
-                .is_ok_and(|w| w == DMA_COMPLETION_MARKER)
+        self.zc_head().is_some_and(|(zc, i, dummy)| dummy || marker_holds(&*zc.completion, marker_word(i)))
     }
 
-    /// The marker word of the head of the submitted region when it is a piece still running: its memory (kept
-    /// alive by the handle) and offset. The completion thread waits on it between passes, without the ring
-    /// lock.
+    /// The marker word of the head of the submitted region when it is a piece: its memory (kept alive by the
+    /// handle) and offset. The completion thread waits on it between passes, without the ring lock.
     pub(crate) fn zc_head_marker(&self) -> Option<(HostBuf, usize)> {
-        let zc = self.inner.zc.as_ref()?;
-        let i = zc.queue.peek_submitted()?;
-        (zc.queue.entry(i).state != ZcState::Completed)
-            .then(|| (Arc::clone(&zc.completion), i as usize * MARKER_SLOT + 4))
+        let (zc, i, dummy) = self.zc_head()?;
+        (!dummy).then(|| (Arc::clone(&zc.completion), marker_word(i)))
     }
 
     /// Does the queue still hold contexts?
