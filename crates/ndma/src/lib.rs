@@ -49,6 +49,7 @@ pub mod memory;
 mod memset;
 mod platform;
 mod ring;
+mod ring_lock;
 mod ring_state;
 mod stats;
 mod system;

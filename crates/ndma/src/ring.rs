@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use udma::{DmaMemory, M2mQueue, Mmio, Ring};
 
 use crate::context::{DmaContext, CTX_HANDLE_CNT};
+use crate::ring_lock::{self, Acquired};
 use crate::stats::RingStats;
 use crate::{Dhal, HostBuf, Platform, Result};
 
@@ -114,20 +115,23 @@ impl H2tRing {
         })
     }
 
-    /// Takes the ring lock.
+    /// Takes the ring lock, spinning briefly before it sleeps ([`crate::ring_lock`]); counts the
+    /// acquisitions that found it held.
     pub(crate) fn lock(&self) -> MutexGuard<'_, RingInner> {
         // Every path that fails while holding the lock re-initialises the queue before returning, so a
         // lock poisoned by a panic elsewhere still guards a consistent ring.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        let (g, how) = ring_lock::lock(&self.inner, ring_lock::RING_LOCK_SPIN);
+        match how {
+            Acquired::Free => {}
+            Acquired::Spun => self.stats.add_lock_spins(1),
+            Acquired::Slept => self.stats.add_lock_sleeps(1),
+        }
+        g
     }
 
     /// Takes the ring lock if it is free (a poisoned lock counts as free, as in [`H2tRing::lock`]).
     pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, RingInner>> {
-        match self.inner.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        ring_lock::try_lock(&self.inner)
     }
 
     /// Byte offset of handle slot `slot`'s marker words inside the completion buffer.

@@ -23,6 +23,8 @@ pub struct RingStats {
     zc_pieces: AtomicU64,
     cqes: AtomicU64,
     zc_passes: AtomicU64,
+    lock_spins: AtomicU64,
+    lock_sleeps: AtomicU64,
 }
 
 /// A snapshot of one ring's counters ([`NeuronDevice::ring_stats`]) or of a device's ([`NeuronDevice::stats`]).
@@ -80,6 +82,10 @@ pub struct StatsSnapshot {
     /// Passes of the completion thread over the ring (each takes the ring lock once and retires every piece
     /// that is over, at least one).
     pub zc_passes: u64,
+    /// Acquisitions of the ring lock that found it held and got it while spinning.
+    pub lock_spins: u64,
+    /// Acquisitions of the ring lock that found it held past the spin and slept until it was freed.
+    pub lock_sleeps: u64,
 }
 
 macro_rules! counters {
@@ -131,4 +137,6 @@ counters! {
     zc_pieces => add_zc_pieces,
     cqes => add_cqes,
     zc_passes => add_zc_passes,
+    lock_spins => add_lock_spins,
+    lock_sleeps => add_lock_sleeps,
 }
