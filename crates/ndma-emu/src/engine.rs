@@ -747,7 +747,7 @@ impl Engine {
         while i < ops.len() {
             // Most ops merge with nothing (a scattered page, a marker): use them in place, without a copy.
             let run;
-            let op = if ops.get(i + 1).is_some_and(|next| Self::joins(&ops[i], next)) {
+            let op = if ops.get(i + 1).is_some_and(|next| Self::join(&ops[i], next).is_some()) {
                 let (merged, next) = Self::merge_run(ops, i);
                 run = merged;
                 i = next;
@@ -776,9 +776,15 @@ impl Engine {
         bytes
     }
 
-    /// Does `next` merge into `op` (contiguous, and no barrier or dropped write between)?
-    fn joins(op: &Op, next: &Op) -> bool {
-        !op.write_barrier && !next.drain_before && !op.dropped && !next.dropped && op.copy.merged(&next.copy).is_some()
+    /// The copy of `op` and `next` as one, when `next` merges into `op`: contiguous, and no barrier or
+    /// dropped write between them.
+    fn join(op: &Op, next: &Op) -> Option<Copy> {
+        let separate = op.write_barrier || next.drain_before || op.dropped || next.dropped;
+        if separate {
+            None
+        } else {
+            op.copy.merged(&next.copy)
+        }
     }
 
     /// The op at `ops[i]` merged with the contiguous ops after it (one memmove) up to a barrier or a dropped
@@ -786,8 +792,7 @@ impl Engine {
     fn merge_run(ops: &[Op], mut i: usize) -> (Op, usize) {
         let mut op = ops[i];
         i += 1;
-        while i < ops.len() && !op.write_barrier && !ops[i].drain_before && !op.dropped && !ops[i].dropped {
-            let Some(m) = op.copy.merged(&ops[i].copy) else { break };
+        while let Some(m) = ops.get(i).and_then(|next| Self::join(&op, next)) {
             op = Op {
                 copy: m,
                 descs: op.descs + 1,
