@@ -278,8 +278,17 @@ impl EngineRegs {
         }
     }
 
+    /// `with_work` as the `pending` counts define it (what [`EngineRegs::note_pending`] keeps it equal to).
+    fn pairs_with_work(&self) -> u16 {
+        (0..self.queues.len())
+            .filter(|&q| self.queues[q].iter().all(|d| d.pending > 0))
+            .fold(0, |mask, q| mask | 1 << q)
+    }
+
     /// Queue pair `qid` can execute its next descriptor pair.
     pub(crate) fn runnable(&self, qid: usize) -> bool {
+        // A `pending` change without `note_pending` would hide or invent work: every test checks the mask.
+        debug_assert_eq!(self.with_work, self.pairs_with_work(), "with_work out of step with pending");
         // Pending work first: it rules out almost every queue.
         if self.with_work & (1 << qid) == 0 {
             return false;
