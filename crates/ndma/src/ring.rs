@@ -5,6 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use udma::{DmaMemory, M2mQueue, Mmio, Ring};
 
+use crate::classic::marker::MARKER_SLOT_SIZE;
 use crate::context::{DmaContext, CTX_HANDLE_CNT};
 use crate::ring_lock::{self, Acquired};
 use crate::stats::RingStats;
@@ -31,7 +32,7 @@ pub const DMA_H2T_DESC_COUNT: u32 = 4096;
 /// (`ndmar_ring_get_desc_count`); see [`DMA_H2T_DESC_COUNT`].
 pub const H2T_RING_SIZE: u32 = (DMA_H2T_DESC_COUNT + udma::UDMA_MAX_NUM_CDESC_PER_CACHE_LINE).next_power_of_two();
 /// Bytes of the completion buffer: two u32 words per context handle.
-pub const H2T_COMPLETION_BUF_SIZE: usize = 4 * 2 * CTX_HANDLE_CNT;
+pub const H2T_COMPLETION_BUF_SIZE: usize = MARKER_SLOT_SIZE * CTX_HANDLE_CNT;
 
 const _: () = assert!(H2T_RING_SIZE == 8192);
 const _: () = assert!(H2T_COMPLETION_BUF_SIZE == 24);
@@ -136,6 +137,6 @@ impl H2tRing {
 
     /// Byte offset of handle slot `slot`'s marker words inside the completion buffer.
     pub(crate) const fn completion_slot(slot: usize) -> usize {
-        slot * 8
+        slot * MARKER_SLOT_SIZE
     }
 }

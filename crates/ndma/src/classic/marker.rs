@@ -33,8 +33,16 @@ pub const DMA_COMPLETION_MARKER: u32 = 0xabcd_ef01;
 /// Bytes of the marker copy (`DMA_COMPLETION_MARKER_SIZE`); see [`DMA_COMPLETION_MARKER`].
 pub const DMA_COMPLETION_MARKER_SIZE: u32 = 4;
 
+/// Bytes of one marker slot: the word seeded with the marker, then the word the marker copy writes.
+pub(crate) const MARKER_SLOT_SIZE: usize = 2 * DMA_COMPLETION_MARKER_SIZE as usize;
+
+/// Offset of the word the marker copy of the slot at `slot` writes, which the CPU polls.
+pub(crate) const fn poll_word(slot: usize) -> usize {
+    slot + DMA_COMPLETION_MARKER_SIZE as usize
+}
+
 /// `ndma_memcpy_add_completion_desc`: seed the marker words at `slot` of `completion` and stage the 4-byte
-/// copy from `completion_dma + slot` to `completion_dma + slot + 4`.
+/// copy from `completion_dma + slot` to its poll word ([`poll_word`]).
 ///
 /// # Errors
 ///
@@ -48,17 +56,11 @@ pub(crate) fn add_completion_desc(
 ) -> Result<()> {
     // Plain stores: the doorbell's release fence orders them before the engine can see the descriptor.
     completion.store_u32(slot, DMA_COMPLETION_MARKER, Ordering::Relaxed)?;
-    completion.store_u32(slot + 4, 0, Ordering::Relaxed)?;
+    completion.store_u32(poll_word(slot), 0, Ordering::Relaxed)?;
     let addr = completion_dma + slot as u64;
     // The driver returns a bare -1 when the marker cannot be staged, whatever the HAL said (FACTS §6).
     queue
-        .copy_prepare_one(
-            addr,
-            addr + u64::from(DMA_COMPLETION_MARKER_SIZE),
-            DMA_COMPLETION_MARKER_SIZE,
-            barrier,
-            false,
-        )
+        .copy_prepare_one(addr, completion_dma + poll_word(slot) as u64, DMA_COMPLETION_MARKER_SIZE, barrier, false)
         .map_err(NdmaError::MarkerStaging)
 }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use super::marker::DMA_COMPLETION_MARKER;
 use udma::{DmaMemory, M2mQueue};
 
+use crate::classic::marker::poll_word;
 use crate::ring::{H2tRing, HostRing, RingInner};
 use crate::{Dhal, NdmaError, Platform, Result};
 
@@ -107,7 +108,7 @@ pub(crate) fn wait_marker(
     let (first_wait, loops) = poll_plan(dhal, platform.is_emulation(), count, is_async, is_d2d);
     // Resolve (and bounds-check) both marker words once, outside the poll loop.
     let src = completion.word(offset)?;
-    let dst = completion.word(offset + 4)?;
+    let dst = completion.word(poll_word(offset))?;
     // The first wait and each poll interval are marker-aware delays: on a platform that watches the word they
     // end the moment the engine writes it; the polls (and so the budget) are counted exactly as the driver's.
     platform.delay_until(dst, DMA_COMPLETION_MARKER, first_wait);
@@ -144,7 +145,7 @@ pub(crate) fn wait_marker(
 /// Is the completion marker of context `slot` visible now (`Acquire`)? A snapshot for non-blocking queries;
 /// it neither re-arms nor acks.
 pub(crate) fn marker_visible(ring: &H2tRing, slot: usize) -> bool {
-    marker_holds(&*ring.completion, H2tRing::completion_slot(slot) + 4)
+    marker_holds(&*ring.completion, poll_word(H2tRing::completion_slot(slot)))
 }
 
 /// Does the marker word at `offset` of `mem` hold the marker now? `Acquire`: pairs with the engine's release of

@@ -19,7 +19,7 @@ use super::pin::pin_remote;
 use super::queue::{CtxQueue, DrainStep};
 use super::sizing::{descs_available, should_wait};
 use super::{NDMA_CTX_QUEUE_DEFAULT_CAPACITY, NDMA_ZC_DESC_WAIT_THRESHOLD_LO};
-use crate::classic::marker::add_completion_desc;
+use crate::classic::marker::{add_completion_desc, poll_word, MARKER_SLOT_SIZE};
 use crate::classic::wait::{marker_holds, wait_marker, MarkerWait};
 use crate::classic::RingGuard;
 use crate::device::NeuronDevice;
@@ -28,12 +28,9 @@ use crate::ring::HostRing;
 use crate::{HostBuf, NdmaError, Result, PAGE_SIZE};
 use udma::{Arch, Barrier, DmaMemory, M2mQueue};
 
-/// Bytes of marker words per context.
-const MARKER_SLOT: usize = 8;
-
-/// Offset of the word context slot `i`'s marker writes (the second of its two marker words).
-fn marker_word(i: u32) -> usize {
-    i as usize * MARKER_SLOT + 4
+/// Offset of context slot `i`'s marker slot in the ring's marker buffer.
+fn marker_slot(i: u32) -> usize {
+    i as usize * MARKER_SLOT_SIZE
 }
 
 /// One ring's zero-copy state (`dma_ctx_queue` + `dma_compl_queue`), created on first use.
@@ -49,7 +46,7 @@ pub(crate) struct ZcRing {
 impl ZcRing {
     /// `ndma_ctx_queue_init` + `ndma_h2d_compl_queue_init`.
     pub(crate) fn new(dev: &NeuronDevice, nc: u32) -> Result<ZcRing> {
-        let completion = dev.platform.alloc_coherent(NDMA_CTX_QUEUE_DEFAULT_CAPACITY as usize * MARKER_SLOT)?;
+        let completion = dev.platform.alloc_coherent(NDMA_CTX_QUEUE_DEFAULT_CAPACITY as usize * MARKER_SLOT_SIZE)?;
         let completion_dma = completion.phys_addr() | dev.dhal.pci_host_base();
         let cq_chunk: Arc<MemChunk> = dev.alloc_host(NDMA_H2D_COMPL_QUEUE_SIZE as u64, nc)?;
         Ok(ZcRing {
@@ -115,7 +112,7 @@ impl RingGuard<'_> {
         for d in &plan.data {
             queue.copy_prepare_one(d.src, d.dst, d.len, d.barrier, false)?;
         }
-        let slot = i as usize * MARKER_SLOT;
+        let slot = marker_slot(i);
         add_completion_desc(queue, &*zc.completion, zc.completion_dma, slot, plan.marker_barrier)?;
         let count = plan.data.len() as u32 + 1;
         queue.copy_start(mmio, count, count)?;
@@ -137,7 +134,7 @@ impl RingGuard<'_> {
         let ctx = zc.queue.entry(i);
         let m = MarkerWait {
             completion: &*zc.completion,
-            offset: i as usize * MARKER_SLOT,
+            offset: marker_slot(i),
             count: ctx.nr_desc + 1,
             is_async: true,
             is_d2d: false,
@@ -224,7 +221,7 @@ impl RingGuard<'_> {
                     (i, count)
                 }
             };
-            let offset = i as usize * MARKER_SLOT;
+            let offset = marker_slot(i);
             let m = MarkerWait { completion, offset, count, is_async: true, is_d2d: false };
             wait_marker(dhal, platform, ring, queue, m).map(|_| ())
         });
@@ -368,14 +365,14 @@ impl RingGuard<'_> {
     /// Is the head of the submitted region over — a completed dummy, or a piece whose marker is visible — so
     /// that retiring it waits for nothing?
     fn zc_head_done(&self) -> bool {
-        self.zc_head().is_some_and(|(zc, i, dummy)| dummy || marker_holds(&*zc.completion, marker_word(i)))
+        self.zc_head().is_some_and(|(zc, i, dummy)| dummy || marker_holds(&*zc.completion, poll_word(marker_slot(i))))
     }
 
     /// The marker word of the head of the submitted region when it is a piece: its memory (kept alive by the
     /// handle) and offset. The completion thread waits on it between passes, without the ring lock.
     pub(crate) fn zc_head_marker(&self) -> Option<(HostBuf, usize)> {
         let (zc, i, dummy) = self.zc_head()?;
-        (!dummy).then(|| (Arc::clone(&zc.completion), marker_word(i)))
+        (!dummy).then(|| (Arc::clone(&zc.completion), poll_word(marker_slot(i))))
     }
 
     /// Does the queue still hold contexts?
@@ -399,9 +396,9 @@ fn stage_fence(
     completion_dma: u64,
     i: u32,
 ) -> Result<u32> {
-    let slot = i as usize * MARKER_SLOT;
+    let slot = marker_slot(i);
     let (marker_barrier, count) = if arch == Arch::V2 {
-        let word = completion_dma + slot as u64 + 4;
+        let word = completion_dma + poll_word(slot) as u64;
         queue.copy_prepare_one(word, word, 4, Barrier::WriteBarrier, false)?;
         (Barrier::None, 2)
     } else {
