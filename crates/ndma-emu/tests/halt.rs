@@ -18,10 +18,8 @@ fn recovers(rig: &mut Rig) {
     rig.q.reinit(&*rig.dev);
     assert!(!rig.dev.is_halted(rig.eng, rig.q.qid()));
     assert_eq!(status(rig, Direction::Tx), 0);
-    let src = rig.dev.host().alloc(4096, 4096).unwrap();
+    let (src, dst, s) = rig.page_pair();
     src.fill(0, 4096, 0x77).unwrap();
-    let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-    let s = rig.host_addr(&src, 0);
     rig.copy(s, dst.pa, 4096, Barrier::WriteBarrier);
     let mut got = [0u8; 4096];
     rig.dev.hbm_read(dst.pa, &mut got).unwrap();
@@ -70,9 +68,7 @@ fn phase_mismatch_halts_the_queue_and_reinit_recovers() {
     for arch in Arch::ALL {
         for exec in POLICIES {
             let mut rig = Rig::new(arch, exec, OrderingMode::Relaxed);
-            let src = rig.dev.host().alloc(4096, 4096).unwrap();
-            let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-            let s = rig.host_addr(&src, 0);
+            let (_src, dst, s) = rig.page_pair();
             // One good pair, then a TX slot rewritten by hand with a stale ring id.
             rig.q.copy_prepare_one(s, dst.pa, 64, Barrier::None, false).unwrap();
             let idx = rig.q.tx().next_desc_idx();
@@ -92,9 +88,7 @@ fn phase_mismatch_halts_the_queue_and_reinit_recovers() {
 #[test]
 fn length_mismatch_halts_the_queue() {
     let mut rig = Rig::new(Arch::V3, ndma_emu::ExecPolicy::Inline, OrderingMode::Strict);
-    let src = rig.dev.host().alloc(4096, 4096).unwrap();
-    let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-    let s = rig.host_addr(&src, 0);
+    let (_src, dst, s) = rig.page_pair();
     let idx = rig.q.rx().next_desc_idx();
     rig.q.copy_prepare_one(s, dst.pa, 100, Barrier::None, false).unwrap();
     rig.q.rx().write_desc(idx, Desc::m2m_rx(dst.pa, 65536, 1, Barrier::None, false).unwrap());
@@ -123,9 +117,7 @@ fn bad_doorbells_are_ignored_and_recorded() {
         assert_eq!(rig.dev.engine_stats(rig.eng).unwrap().doorbells, 2);
         assert_eq!(rig.dev.engine_stats(rig.eng).unwrap().faults, 2);
         // The queue still works.
-        let src = rig.dev.host().alloc(4096, 4096).unwrap();
-        let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-        let s = rig.host_addr(&src, 0);
+        let (_src, dst, s) = rig.page_pair();
         rig.copy(s, dst.pa, 4096, Barrier::WriteBarrier);
     }
 }
@@ -146,11 +138,9 @@ fn a_ring_running_past_the_end_of_memory_faults_at_its_first_slot_outside() {
     for arch in Arch::ALL {
         for exec in POLICIES {
             let mut rig = Rig::new(arch, exec, OrderingMode::Relaxed);
-            let src = rig.dev.host().alloc(4096, 4096).unwrap();
+            let (src, dst, s) = rig.page_pair();
             src.fill(0, 4096, 0x5a).unwrap();
-            let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
             rig.dev.hbm_write(dst.pa, &[0u8; 512]).unwrap();
-            let s = rig.host_addr(&src, 0);
             let tx_first = rig.q.tx().next_desc_idx();
             assert_eq!(tx_first, 0, "a fresh ring");
             for i in 0..6 {

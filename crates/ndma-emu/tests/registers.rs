@@ -35,9 +35,7 @@ fn registers_read_back_what_queue_init_wrote() {
 fn cursors_follow_doorbells_and_execution() {
     for exec in POLICIES {
         let mut rig = Rig::new(Arch::V2, exec, OrderingMode::Relaxed);
-        let src = rig.dev.host().alloc(4096, 4096).unwrap();
-        let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-        let s = rig.host_addr(&src, 0);
+        let (_src, dst, s) = rig.page_pair();
         for _ in 0..3 {
             rig.copy(s, dst.pa, 4096, Barrier::WriteBarrier);
         }
@@ -54,10 +52,8 @@ fn cursors_follow_doorbells_and_execution() {
 #[test]
 fn paused_queue_holds_work_until_enabled() {
     let mut rig = Rig::new(Arch::V3, ndma_emu::ExecPolicy::Inline, OrderingMode::Strict);
-    let src = rig.dev.host().alloc(4096, 4096).unwrap();
+    let (src, dst, s) = rig.page_pair();
     src.fill(0, 4096, 0x11).unwrap();
-    let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-    let s = rig.host_addr(&src, 0);
     let cfg = regs::queue_base(rig.base, Tx, 0) + regs::q::CFG;
     rig.dev.write32(cfg, regs::Q_CFG_RESET_VALUE);
     let n = rig.stage(s, dst.pa, 4096, Barrier::None) + 1;

@@ -87,9 +87,7 @@ fn reset_is_synchronous_with_the_engine() {
 #[test]
 fn dropping_the_system_with_a_hung_queue_joins_the_workers() {
     let mut rig = Rig::new(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed);
-    let src = rig.dev.host().alloc(4096, 4096).unwrap();
-    let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-    let s = rig.host_addr(&src, 0);
+    let (src, dst, s) = rig.page_pair();
     rig.dev.fault_plan().add(PlannedFault::Hang { engine: rig.eng, qid: 0, persistent: true });
     let n = rig.stage(s, dst.pa, 4096, Barrier::WriteBarrier) + 1;
     rig.stage_marker();
@@ -107,9 +105,7 @@ fn dropping_the_system_with_a_hung_queue_joins_the_workers() {
 #[test]
 fn shutdown_does_not_wait_for_a_delayed_backlog() {
     let mut rig = Rig::new(Arch::V2, ExecPolicy::Threaded, OrderingMode::Relaxed);
-    let src = rig.dev.host().alloc(4096, 4096).unwrap();
-    let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-    let s = rig.host_addr(&src, 0);
+    let (_src, dst, s) = rig.page_pair();
     // 200 pairs at 50 ms each would keep a worker busy for 10 s.
     rig.dev.fault_plan().add(PlannedFault::Delay { engine: Some(rig.eng), per_desc_us: 50_000 });
     for _ in 0..200 {
@@ -168,9 +164,7 @@ fn the_worker_spins_after_a_batch_only_when_waiters_do_not_execute_work() {
         let mut rig = Rig::new(Arch::V3, ExecPolicy::Threaded, OrderingMode::Strict);
         rig.sys.platform().set_assist(assist);
         assert_eq!(rig.sys.platform().assist(), assist);
-        let src = rig.dev.host().alloc(4096, 4096).unwrap();
-        let dst = rig.dev.alloc_hbm(4096, 4096).unwrap();
-        let s = rig.host_addr(&src, 0);
+        let (src, dst, s) = rig.page_pair();
         for i in 0..3 {
             let data = pattern(i, 0, 4096);
             src.write_bytes(0, &data).unwrap();

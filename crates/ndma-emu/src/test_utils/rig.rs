@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use udma::{Arch, Barrier, DmaMemory, M2mQueue, Ring, Udma, MAX_DMA_DESC_SIZE};
 
-use crate::{EmuConfig, EmuDevice, EmuSystem, ExecPolicy, HostBuf, OrderingMode};
+use crate::{EmuConfig, EmuDevice, EmuSystem, ExecPolicy, HbmRange, HostBuf, OrderingMode};
 
 /// The value the op layer seeds at marker +0 (`DMA_COMPLETION_MARKER`).
 pub const MARKER: u32 = 0xabcd_ef01;
@@ -86,6 +86,19 @@ impl Rig {
             engine.init_queue(&*dev, qid, ring(&dev, ring_size), ring(&dev, ring_size), ring_size).expect("queue init");
         let marker = dev.host().alloc(256, 256).expect("marker");
         Rig { sys, dev, arch, eng, base, q, marker }
+    }
+
+    /// A 4 KiB host page and a 4 KiB HBM page for a test's copies, and the host page's device address (keep
+    /// the pages alive while the engine may use them).
+    ///
+    /// # Panics
+    ///
+    /// If either allocation fails.
+    pub fn page_pair(&self) -> (HostBuf, HbmRange, u64) {
+        let src = self.dev.host().alloc(4096, 4096).expect("host page");
+        let dst = self.dev.alloc_hbm(4096, 4096).expect("HBM page");
+        let s = self.host_addr(&src, 0);
+        (src, dst, s)
     }
 
     /// Device address of a host buffer offset.
