@@ -96,7 +96,15 @@ impl NcResets {
         }
         t.start = now;
         t.finishes_at = Some(now + duration.max(1));
+        self.debug_check(&ncs);
         true
+    }
+
+    /// Debug builds: `unsettled` counts exactly the NCs whose reset is not folded yet (under the `ncs` lock).
+    fn debug_check(&self, ncs: &[NcResetTimes]) {
+        // Relaxed: every writer of the count holds the `ncs` lock, which the caller holds.
+        let count = self.unsettled.load(Ordering::Relaxed);
+        debug_assert_eq!(count, ncs.iter().filter(|t| t.finishes_at.is_some()).count(), "unsettled out of step");
     }
 
     /// `(reset_start_time, reset_end_time)` of `nc` now.
@@ -106,7 +114,9 @@ impl NcResets {
         match ncs.get_mut(nc as usize) {
             Some(t) => {
                 self.settle(t, now);
-                (t.start, t.end)
+                let times = (t.start, t.end);
+                self.debug_check(&ncs);
+                times
             }
             None => (0, 1),
         }
