@@ -13,34 +13,21 @@ use std::ptr;
 /// Copies at least this long use non-temporal stores (when the CPU has AVX2 and the ranges do not overlap).
 const NON_TEMPORAL_MIN: usize = 8 << 20;
 
-/// A batch moving at least this many bytes is [`Batch::Large`]: more than the caches hold, so nothing is gained
-/// by pulling its destination through them. (A batch of 2031 page-sized descriptors moves just under 8 MiB.)
-pub(crate) const LARGE_BATCH_MIN: usize = 2 << 20;
-
-/// In a batch of at least [`LARGE_BATCH_MIN`] bytes, copies at least this long use non-temporal stores too:
-/// a scattered user buffer is a batch of page-sized descriptors, each its own copy, which a cache-polluting
+/// For copies of a [`Batch::Large`] stream, copies at least this long use non-temporal stores too: a
+/// scattered user buffer is a batch of page-sized descriptors, each its own copy, which a cache-polluting
 /// memmove moved at half the rate the same bytes reach in merged streaming copies.
 const NON_TEMPORAL_PIECE_MIN: usize = 4096;
 
-/// The size of the batch a copy belongs to, which decides whether a page-sized copy streams.
+/// Whether the engine's recent writes cover more than the caches hold, which decides whether a page-sized
+/// copy streams (see [`crate::footprint`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Batch {
-    /// A batch below [`LARGE_BATCH_MIN`] bytes (or a copy on its own): only large copies stream. Small
-    /// copies stay cached, since the CPU usually reads them next (a 4 KiB round trip's data).
+    /// The engine's destinations fit the caches (or a copy on its own): only large copies stream. Small
+    /// copies stay cached, since the CPU or the next copy usually touches them again (a 4 KiB round trip's
+    /// data, a buffer transferred over and over).
     Small,
-    /// A batch of at least [`LARGE_BATCH_MIN`] bytes: every copy of a page or more streams.
+    /// The engine's destinations cover more than the caches hold: every copy of a page or more streams.
     Large,
-}
-
-impl Batch {
-    /// The batch class of `bytes` moved by one batch.
-    pub(crate) fn of(bytes: usize) -> Batch {
-        if bytes >= LARGE_BATCH_MIN {
-            Batch::Large
-        } else {
-            Batch::Small
-        }
-    }
 }
 
 /// Copies `len` bytes from `src` to `dst` with memmove semantics.
@@ -264,7 +251,6 @@ mod tests {
                 assert!(dst[..d_off].iter().all(|&b| b == 0xEE) && dst[d_off + len..].iter().all(|&b| b == 0xEE));
             }
         }
-        assert_eq!((Batch::of(LARGE_BATCH_MIN - 1), Batch::of(LARGE_BATCH_MIN)), (Batch::Small, Batch::Large));
     }
 
     /// A full group of lanes of unequal lengths — tails from 0 to thousands of bytes past the common part,

@@ -37,6 +37,7 @@ use crate::device::DeviceCore;
 use crate::faults::{
     CorruptField, CorruptOutcome, Corruption, CorruptionReport, DmaFault, FaultKind, HangCause, QueueStop, StopKind,
 };
+use crate::footprint::Footprint;
 use crate::handoff::WorkerSignal;
 use crate::lock::lock;
 use crate::ordering::{OrderingMode, PostedWrites};
@@ -99,6 +100,8 @@ struct Op {
 #[derive(Debug, Default)]
 pub(crate) struct ExecState {
     pub(crate) posted: PostedWrites,
+    /// What the engine's recent writes covered: decides whether page-sized copies stream.
+    footprint: Footprint,
     /// When the bandwidth throttle lets the next copy finish.
     next_free: Option<Instant>,
     scratch: Vec<Op>,
@@ -465,7 +468,8 @@ impl Engine {
             // Clock reads only for a trace: a drain follows every write barrier, and two reads cost about as
             // much as a small copy's drain.
             let start = dev.trace.enabled().then(Instant::now);
-            exec.posted.drain(&dev.map);
+            let class = exec.footprint.class();
+            exec.posted.drain(&dev.map, class);
             if let Some(start) = start {
                 let kind = EngineEventKind::Drain;
                 dev.trace.record(EngineEvent { engine: self.id, qid: u32::MAX, kind, start, end: Instant::now() });
@@ -741,7 +745,8 @@ impl Engine {
         let delay_us = if plan_active { dev.plan.delay_us(self.id) } else { 0 };
         let rate = if plan_active { dev.plan.bandwidth(self.id) } else { None };
         let posts = dev.ordering.posts_hbm_writes();
-        let batch = Batch::of(ops.iter().map(|o| o.copy.len).sum());
+        ops.iter().for_each(|o| exec.footprint.note(o.copy.dst, o.copy.len));
+        let batch = exec.footprint.class();
         let mut bytes = 0;
         let mut i = 0;
         while i < ops.len() {

@@ -31,6 +31,7 @@ mod engine;
 mod error;
 pub mod escape;
 pub mod faults;
+mod footprint;
 mod handoff;
 pub mod hbm;
 pub mod host;

@@ -87,10 +87,9 @@ impl PostedWrites {
         self.list.push(c);
     }
 
-    /// Performs every posted write, in order (streaming them when together they are a large batch, and
-    /// then up to [`crate::bulk::LANES`] independent page-sized writes at a time).
-    pub(crate) fn drain(&mut self, map: &AddrMap) {
-        let batch = Batch::of(self.list.iter().map(|c| c.len).sum());
+    /// Performs every posted write, in order, as copies of class `batch` (when it is large: streamed, up to
+    /// [`crate::bulk::LANES`] independent page-sized writes at a time).
+    pub(crate) fn drain(&mut self, map: &AddrMap, batch: Batch) {
         let mut i = 0;
         while i < self.list.len() {
             let group = (batch == Batch::Large).then(|| Copy::group(map, &self.list[i..]));
@@ -432,7 +431,7 @@ mod tests {
                 p.post(c);
                 bytes += len;
             }
-            p.drain(&map);
+            p.drain(&map, Batch::Large);
             assert!(p.is_empty());
             assert!(whole(Space::Hbm) == want[1].as_slice(), "round {round}: HBM differs from writes in turn");
             assert!(whole(Space::Host) == want[0].as_slice(), "round {round}: host memory was written");
