@@ -124,11 +124,10 @@ pub(crate) struct Lane {
     pub(crate) len: usize,
 }
 
-impl Lane {
-    /// Whether the lane can join a streamed group: a page or more, to a 32-byte-aligned destination.
-    pub(crate) fn streams(&self) -> bool {
-        self.len >= NON_TEMPORAL_PIECE_MIN && self.dst as usize % 32 == 0
-    }
+/// Whether a copy of `len` bytes to `dst` can join a streamed group ([`copy_lanes`]): a page or more, to a
+/// 32-byte-aligned destination.
+pub(crate) fn streams(len: usize, dst: *const u8) -> bool {
+    len >= NON_TEMPORAL_PIECE_MIN && dst as usize % 32 == 0
 }
 
 /// Performs up to [`LANES`] copies of a large batch at once, with non-temporal stores: their blocks
@@ -140,8 +139,8 @@ impl Lane {
 /// # Safety
 ///
 /// Every lane's ranges are valid as for [`copy`]; no lane's destination overlaps any lane's source or
-/// destination (so the order of the copies does not matter); every lane [`Lane::streams`]; the CPU supports
-/// AVX2 (see [`streams_available`]).
+/// destination (so the order of the copies does not matter); every lane's destination is 32-byte aligned;
+/// the CPU supports AVX2 (see [`streams_available`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn copy_lanes(lanes: &[Lane]) {
@@ -165,11 +164,13 @@ pub(crate) unsafe fn copy_lanes(lanes: &[Lane]) {
     _mm_sfence();
     for l in lanes.iter().filter(|l| l.len > common) {
         let (src, dst, rest) = (l.src.wrapping_add(common), l.dst.wrapping_add(common), l.len - common);
-        if rest >= 32 {
-            // SAFETY: the rest of each lane lies inside its ranges (32 bytes or more); lanes do not overlap.
+        if rest >= NON_TEMPORAL_PIECE_MIN {
+            // SAFETY: the rest of each lane lies inside its ranges (a page or more); lanes do not overlap.
             unsafe { copy_streaming(src, dst, rest) };
         } else {
-            // SAFETY: as above, a tail shorter than one 32-byte store.
+            // A short tail (a page copy less its published last word: 124 bytes) through the caches: no
+            // second fence per lane.
+            // SAFETY: as above.
             unsafe { ptr::copy_nonoverlapping(src, dst, rest) };
         }
     }
@@ -275,7 +276,7 @@ mod tests {
             *l = unsafe {
                 Lane { src: src.as_ptr().add(k * stride + 3), dst: dst.as_mut_ptr().add(base + k * stride), len }
             };
-            assert!(l.streams());
+            assert!(streams(l.len, l.dst));
         }
         // SAFETY: the lanes' ranges are valid and pairwise disjoint; AVX2 is present (checked above).
         #[cfg(target_arch = "x86_64")]

@@ -54,12 +54,12 @@ impl Copy {
     }
 
     /// The copies at the start of `list` (at least the first) that [`Group::perform`] can perform together:
-    /// up to [`bulk::LANES`] that each stream (a page or more to an aligned destination), land in HBM, and
-    /// are independent — no destination overlaps another copy's source or destination and none overlaps its
-    /// own source, so performing them at once equals performing them in turn.
+    /// up to [`bulk::LANES`] that each stream (a page or more to an aligned destination), land in one space,
+    /// and are independent — no destination overlaps another copy's source or destination and none overlaps
+    /// its own source, so performing them at once equals performing them in turn.
     pub(crate) fn group(map: &AddrMap, list: &[Copy]) -> Group {
-        let mut g =
-            Group { lanes: [bulk::Lane { src: ptr::null(), dst: ptr::null_mut(), len: 0 }; bulk::LANES], len: 0 };
+        let none = bulk::Lane { src: ptr::null(), dst: ptr::null_mut(), len: 0 };
+        let mut g = Group { lanes: [none; bulk::LANES], finals: [None; bulk::LANES], len: 0 };
         if !bulk::streams_available() {
             g.len = 1;
             return g;
@@ -73,25 +73,29 @@ impl Copy {
                         && !p.dst.overlaps(p.len, c.dst, c.len)
                         && !c.dst.overlaps(c.len, p.src, p.len)
                 });
-            let lane = Self::lane(map, c);
-            if c.dst.space != Space::Hbm || !lane.streams() || !independent {
+            let (src, dst) = (map.ptr(c.src), map.ptr(c.dst));
+            if c.dst.space != list[0].dst.space || !bulk::streams(c.len, dst) || !independent {
                 break;
             }
-            g.lanes[g.len] = lane;
+            // A host destination's last word is published on its own, as `perform` does (`len` is a page or
+            // more here).
+            let published = c.dst.space == Space::Host && (dst as usize + c.len) % 4 == 0;
+            let body = if published { c.len - 4 } else { c.len };
+            g.lanes[g.len] = bulk::Lane { src, dst, len: body };
+            g.finals[g.len] = published.then(|| (src.wrapping_add(body) as *const u8, dst.wrapping_add(body)));
             g.len += 1;
         }
         g.len = g.len.max(1);
         g
-    }
-
-    fn lane(map: &AddrMap, c: &Copy) -> bulk::Lane {
-        bulk::Lane { src: map.ptr(c.src), dst: map.ptr(c.dst), len: c.len }
     }
 }
 
 /// Copies [`Copy::group`] found can be performed together, as the bulk mover's lanes.
 pub(crate) struct Group {
     lanes: [bulk::Lane; bulk::LANES],
+    /// Per lane with a host destination: where its last word is read and published (after every lane's
+    /// body, in lane order).
+    finals: [Option<(*const u8, *mut u8)>; bulk::LANES],
     len: usize,
 }
 
@@ -102,13 +106,15 @@ impl Group {
         self.len
     }
 
-    /// Performs a group of 2 or more copies at once.
+    /// Performs a group of 2 or more copies at once: every body, then the host destinations' last words
+    /// with `Release`, in lane order — a CPU that acquire-loads one sees its copy, and every copy of the group,
+    /// complete.
     pub(crate) fn perform(&self) {
         debug_assert!(self.len > 1, "a single copy is performed on its own");
         #[cfg(target_arch = "x86_64")]
         // SAFETY: each lane's pointers come from `AddrMap::decode`d locations for its length; `Copy::group`
-        // checked that the lanes are independent and stream, and (a group of 2 or more) that the CPU has AVX2.
-        // HBM destinations need no Release word (no CPU polls HBM).
+        // checked that the lanes are independent and their destinations aligned, and (a group of 2 or more)
+        // that the CPU has AVX2.
         unsafe {
             bulk::copy_lanes(&self.lanes[..self.len]);
         }
@@ -117,5 +123,72 @@ impl Group {
             // SAFETY: as above; the lanes are independent, so one after another equals all at once.
             unsafe { bulk::copy(l.src, l.dst, l.len) };
         }
+        for &(src, dst) in self.finals[..self.len].iter().flatten() {
+            // SAFETY: `src`/`dst` are the last 4 bytes of a lane's decoded ranges; `dst` is 4-byte aligned
+            // (checked by `group`). No lane writes the source word (the lanes are independent). Release orders
+            // every body of the group (`copy_lanes` fenced its streaming stores) before the word.
+            unsafe {
+                let last = ptr::read_unaligned(src as *const u32);
+                AtomicU32::from_ptr(dst as *mut u32).store(last, Ordering::Release);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::hbm::Hbm;
+    use crate::host::HostMemory;
+
+    /// A group of host-destination copies (a scattered d2h buffer's pages) lands byte-exact — bodies, the
+    /// published last words, a lane whose end is not word-aligned — with every byte around the destinations
+    /// untouched; a copy to another space, or over a byte another lane reads, ends the group.
+    #[test]
+    fn a_group_of_host_destinations_lands_byte_exact() {
+        if !bulk::streams_available() {
+            return;
+        }
+        const SIZE: usize = 1 << 20;
+        let host = Arc::new(HostMemory::new(SIZE as u64).unwrap());
+        let hbm = Arc::new(Hbm::new(SIZE as u64).unwrap());
+        let map = AddrMap::new(udma::Arch::V3, host, hbm);
+        let whole = |s: Space| {
+            // SAFETY: both spaces are SIZE bytes long and only this thread touches them.
+            unsafe { std::slice::from_raw_parts_mut(map.ptr(Loc { space: s, off: 0 }), SIZE) }
+        };
+        whole(Space::Host).fill(0xEE);
+        for (i, b) in whole(Space::Hbm).iter_mut().enumerate() {
+            *b = (i * 31 + i / 4099) as u8;
+        }
+        // Destination pages out of order, as a scattered buffer's frames are; lengths from a page up.
+        let lens = [4096usize, 8192, 4096 + 4, 4096, 3 * 4096 + 12, 4097, 4096, 2 * 4096];
+        let pages = [37usize, 3, 90, 12, 60, 25, 71, 44];
+        let copies: Vec<Copy> = (0..bulk::LANES)
+            .map(|k| Copy {
+                src: Loc { space: Space::Hbm, off: k * 4 * 4096 + 32 },
+                dst: Loc { space: Space::Host, off: pages[k] * 4096 },
+                len: lens[k],
+            })
+            .collect();
+        let g = Copy::group(&map, &copies);
+        assert_eq!(g.len(), bulk::LANES);
+        assert_eq!(g.finals.iter().filter(|f| f.is_some()).count(), bulk::LANES - 1, "4097 ends off a word");
+        g.perform();
+        let (dst, src) = (whole(Space::Host).to_vec(), whole(Space::Hbm).to_vec());
+        let mut want = vec![0xEEu8; SIZE];
+        for c in &copies {
+            want[c.dst.off..c.dst.off + c.len].copy_from_slice(&src[c.src.off..c.src.off + c.len]);
+        }
+        assert!(dst == want, "every destination byte-exact, every other byte untouched");
+
+        let mut mixed = copies.clone();
+        mixed[2].dst = Loc { space: Space::Hbm, off: 200 * 4096 };
+        assert_eq!(Copy::group(&map, &mixed).len(), 2, "another space ends the group");
+        let mut dependent = copies;
+        dependent[3].src = Loc { space: Space::Host, off: pages[1] * 4096 + 8 };
+        assert_eq!(Copy::group(&map, &dependent).len(), 3, "reading a lane's destination ends the group");
     }
 }

@@ -31,7 +31,7 @@ use udma::{regs, Desc, Direction, TxDesc};
 
 use crate::addr_map::Space;
 use crate::bar0::{engine_state, EngineRegs, PairState};
-use crate::bulk::Batch;
+use crate::bulk::{self, Batch};
 use crate::copy::Copy;
 use crate::device::DeviceCore;
 use crate::faults::{
@@ -750,6 +750,15 @@ impl Engine {
         let mut bytes = 0;
         let mut i = 0;
         while i < ops.len() {
+            if batch == Batch::Large && delay_us == 0 && rate.is_none() {
+                let n = self.land_group(dev, exec, &ops[i..], posts);
+                if n > 1 {
+                    bytes += ops[i..i + n].iter().map(|o| o.copy.len as u64).sum::<u64>();
+                    EngineCounters::bump(&self.stats.copies, n as u64);
+                    i += n;
+                    continue;
+                }
+            }
             // Most ops merge with nothing (a scattered page, a marker): use them in place, without a copy.
             let run;
             let op = if ops.get(i + 1).is_some_and(|next| Self::join(&ops[i], next).is_some()) {
@@ -779,6 +788,36 @@ impl Engine {
             bytes += op.copy.len as u64;
         }
         bytes
+    }
+
+    /// Lands the immediate writes at the start of `ops` together, up to [`bulk::LANES`] of them (see
+    /// [`Copy::group`]): in a large stream, page copies the ordering model performs now (host destinations,
+    /// and HBM ones in Strict mode) with no barrier, dropped write or merge among them and no posted write
+    /// they could observe. A scattered d2h buffer is hundreds of such pages; copied one at a time, each
+    /// waits on memory alone and fences its streaming stores on its own. Returns how many it landed (0 when
+    /// fewer than two qualify: the caller lands the first on its own).
+    fn land_group(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op], posts: bool) -> usize {
+        let mut copies = [ops[0].copy; bulk::LANES];
+        let mut n = 0;
+        for (k, op) in ops.iter().enumerate().take(bulk::LANES) {
+            let immediate = !(posts && op.copy.dst.space == Space::Hbm);
+            let alone = !op.dropped && !op.drain_before && !op.write_barrier;
+            let merges = ops.get(k + 1).is_some_and(|next| Self::join(op, next).is_some());
+            if !immediate || !alone || merges || (!exec.posted.is_empty() && exec.posted.conflicts(&op.copy)) {
+                break;
+            }
+            copies[n] = op.copy;
+            n += 1;
+        }
+        if n < 2 {
+            return 0;
+        }
+        let group = Copy::group(&dev.map, &copies[..n]);
+        if group.len() < 2 {
+            return 0;
+        }
+        group.perform();
+        group.len()
     }
 
     /// The copy of `op` and `next` as one, when `next` merges into `op`: contiguous, and no barrier or

@@ -148,6 +148,10 @@ fn sixteen_mib_in_both_directions_threaded() {
         let z = Zc::new(arch, ExecPolicy::Threaded);
         transfer(&z, true, placement, 1, 16 << 20, 1);
         transfer(&z, false, Placement::Contiguous, 4095, 16 << 20, 2);
+        // After 16 MiB of distinct destinations the engine streams: a scattered d2h buffer's pages land in
+        // groups (their last words published after every body of the group).
+        transfer(&z, false, Placement::Scattered { seed: 5 }, 0, 16 << 20, 3);
+        transfer(&z, false, Placement::Scattered { seed: 6 }, 1, 16 << 20, 4);
     }
 }
 
