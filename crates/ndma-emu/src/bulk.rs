@@ -13,7 +13,7 @@ use std::ptr;
 /// Copies at least this long use non-temporal stores (when the CPU has AVX2 and the ranges do not overlap).
 const NON_TEMPORAL_MIN: usize = 8 << 20;
 
-/// For copies of a [`Batch::Large`] stream, copies at least this long use non-temporal stores too: a
+/// While the engine's writes are [`Fit::BeyondCache`], copies at least this long use non-temporal stores too: a
 /// scattered user buffer is a batch of page-sized descriptors, each its own copy, which a cache-polluting
 /// memmove moved at half the rate the same bytes reach in merged streaming copies.
 const NON_TEMPORAL_PIECE_MIN: usize = 4096;
@@ -21,13 +21,14 @@ const NON_TEMPORAL_PIECE_MIN: usize = 4096;
 /// Whether the engine's recent writes cover more than the caches hold, which decides whether a page-sized
 /// copy streams (see [`crate::footprint`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Batch {
-    /// The engine's destinations fit the caches (or a copy on its own): only large copies stream. Small
-    /// copies stay cached, since the CPU or the next copy usually touches them again (a 4 KiB round trip's
-    /// data, a buffer transferred over and over).
-    Small,
-    /// The engine's destinations cover more than the caches hold: every copy of a page or more streams.
-    Large,
+pub(crate) enum Fit {
+    /// The engine's recent destinations fit the caches (or a copy on its own): only long copies stream;
+    /// the rest stay cached, since the CPU or the next copy usually touches them again (a 4 KiB round
+    /// trip's data, a buffer transferred over and over).
+    InCache,
+    /// The engine's recent destinations cover more than the caches hold: every copy of a page or more
+    /// streams.
+    BeyondCache,
 }
 
 /// Copies `len` bytes from `src` to `dst` with memmove semantics.
@@ -37,20 +38,20 @@ pub(crate) enum Batch {
 /// `[src, src + len)` must be valid for reads and `[dst, dst + len)` valid for writes.
 pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: forwarded from the caller.
-    unsafe { copy_in(src, dst, len, Batch::Small) }
+    unsafe { copy_in(src, dst, len, Fit::InCache) }
 }
 
-/// [`copy`] for one copy of a batch of class `batch`.
+/// [`copy`] for one copy made while the engine's writes have the cache fit `fit`.
 ///
 /// # Safety
 ///
 /// As [`copy`].
-pub(crate) unsafe fn copy_in(src: *const u8, dst: *mut u8, len: usize, batch: Batch) {
+pub(crate) unsafe fn copy_in(src: *const u8, dst: *mut u8, len: usize, fit: Fit) {
     let disjoint =
         (src as usize).saturating_add(len) <= dst as usize || (dst as usize).saturating_add(len) <= src as usize;
-    let min = match batch {
-        Batch::Small => NON_TEMPORAL_MIN,
-        Batch::Large => NON_TEMPORAL_PIECE_MIN,
+    let min = match fit {
+        Fit::InCache => NON_TEMPORAL_MIN,
+        Fit::BeyondCache => NON_TEMPORAL_PIECE_MIN,
     };
     #[cfg(target_arch = "x86_64")]
     if len >= min && disjoint && std::is_x86_feature_detected!("avx2") {
@@ -130,7 +131,7 @@ pub(crate) fn streams(len: usize, dst: *const u8) -> bool {
     len >= NON_TEMPORAL_PIECE_MIN && dst as usize % 32 == 0
 }
 
-/// Performs up to [`LANES`] copies of a large batch at once, with non-temporal stores: their blocks
+/// Performs up to [`LANES`] copies of a stream beyond the caches at once, with non-temporal stores: their blocks
 /// interleaved and prefetched, as [`copy_streaming`] interleaves the pages of one long copy. A scattered
 /// user buffer is a batch of page-sized copies from pages all over host DRAM; copied one after another
 /// they reach half the rate of the same bytes in one streamed copy, because each page's first loads wait
@@ -238,7 +239,7 @@ mod tests {
         assert!(buf[5..5 + n] == src[..n]);
     }
 
-    /// In a large batch, copies from a page up stream too: page-sized and odd lengths, aligned and not, are
+    /// Beyond the caches, copies from a page up stream too: page-sized and odd lengths, aligned and not, are
     /// byte-exact with untouched bytes around them (the guards).
     #[test]
     fn page_sized_copies_of_a_large_batch_match_memmove() {
@@ -247,7 +248,7 @@ mod tests {
             for (s_off, d_off) in [(0usize, 0usize), (1, 0), (0, 7), (33, 65)] {
                 let mut dst = vec![0xEEu8; len + 128];
                 // SAFETY: both ranges lie inside their vectors.
-                unsafe { copy_in(src.as_ptr().add(s_off), dst.as_mut_ptr().add(d_off), len, Batch::Large) };
+                unsafe { copy_in(src.as_ptr().add(s_off), dst.as_mut_ptr().add(d_off), len, Fit::BeyondCache) };
                 assert!(dst[d_off..d_off + len] == src[s_off..s_off + len], "len {len} at {s_off}/{d_off}");
                 assert!(dst[..d_off].iter().all(|&b| b == 0xEE) && dst[d_off + len..].iter().all(|&b| b == 0xEE));
             }

@@ -5,7 +5,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::addr_map::{AddrMap, Loc, Space};
-use crate::bulk::{self, Batch};
+use crate::bulk::{self, Fit};
 
 /// One copy the engine performs: `len` bytes from `src` to `dst`, both decoded and bounds-checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +27,8 @@ impl Copy {
         (contiguous && !self.src.overlaps(len, self.dst, len)).then_some(Copy { src: self.src, dst: self.dst, len })
     }
 
-    /// Performs the copy now, as one copy of a batch of class `batch` (see [`crate::bulk::copy_in`]).
-    pub(crate) fn perform(&self, map: &AddrMap, batch: Batch) {
+    /// Performs the copy now, with the engine's writes at cache fit `fit` (see [`crate::bulk::copy_in`]).
+    pub(crate) fn perform(&self, map: &AddrMap, fit: Fit) {
         let src = map.ptr(self.src);
         let dst = map.ptr(self.dst);
         let len = self.len;
@@ -41,7 +41,7 @@ impl Copy {
             // long as `map`.
             unsafe {
                 let last = ptr::read_unaligned(src.add(len - 4) as *const u32);
-                crate::bulk::copy_in(src, dst, len - 4, batch);
+                crate::bulk::copy_in(src, dst, len - 4, fit);
                 // Release orders every earlier engine write (this copy's body, earlier descriptors, drained
                 // posted writes) before the final word: a CPU that acquire-loads it — the marker poll — sees
                 // all of them.
@@ -49,7 +49,7 @@ impl Copy {
             }
         } else {
             // SAFETY: as above; both ranges are inside their mappings and `bulk::copy` tolerates overlap.
-            unsafe { crate::bulk::copy_in(src, dst, len, batch) };
+            unsafe { crate::bulk::copy_in(src, dst, len, fit) };
         }
     }
 

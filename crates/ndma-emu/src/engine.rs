@@ -31,7 +31,7 @@ use udma::{regs, Desc, Direction, TxDesc};
 
 use crate::addr_map::Space;
 use crate::bar0::{engine_state, EngineRegs, PairState};
-use crate::bulk::{self, Batch};
+use crate::bulk::{self, Fit};
 use crate::copy::Copy;
 use crate::device::DeviceCore;
 use crate::faults::{
@@ -746,11 +746,11 @@ impl Engine {
         let rate = if plan_active { dev.plan.bandwidth(self.id) } else { None };
         let posts = dev.ordering.posts_hbm_writes();
         ops.iter().for_each(|o| exec.footprint.note(o.copy.dst, o.copy.len));
-        let batch = exec.footprint.class();
+        let fit = exec.footprint.class();
         let mut bytes = 0;
         let mut i = 0;
         while i < ops.len() {
-            if batch == Batch::Large && delay_us == 0 && rate.is_none() {
+            if fit == Fit::BeyondCache && delay_us == 0 && rate.is_none() {
                 let n = self.land_group(dev, exec, &ops[i..], posts);
                 if n > 1 {
                     bytes += ops[i..i + n].iter().map(|o| o.copy.len as u64).sum::<u64>();
@@ -777,7 +777,7 @@ impl Engine {
                 self.inject_delay(delay_us.saturating_mul(op.descs));
             }
             let start = rate.map(|_| Instant::now());
-            self.land(dev, exec, op, posts, batch);
+            self.land(dev, exec, op, posts, fit);
             EngineCounters::bump(&self.stats.copies, 1);
             if op.write_barrier {
                 self.drain(dev, exec);
@@ -857,7 +857,7 @@ impl Engine {
 
     /// Lands one (merged) copy: dropped by the plan, posted (an HBM destination in a posting mode), or
     /// performed now — after draining posted writes it would observe.
-    fn land(&self, dev: &DeviceCore, exec: &mut ExecState, op: &Op, posts: bool, batch: Batch) {
+    fn land(&self, dev: &DeviceCore, exec: &mut ExecState, op: &Op, posts: bool, fit: Fit) {
         if op.dropped {
             tracing::debug!(engine = self.id, "final write of a batch dropped by the fault plan");
         } else if posts && op.copy.dst.space == Space::Hbm {
@@ -866,7 +866,7 @@ impl Engine {
             if !exec.posted.is_empty() && exec.posted.conflicts(&op.copy) {
                 self.drain(dev, exec);
             }
-            op.copy.perform(&dev.map, batch);
+            op.copy.perform(&dev.map, fit);
         }
     }
 

@@ -1,5 +1,5 @@
 //! How much distinct memory an engine's recent writes cover — what decides whether its page-sized copies
-//! bypass the CPU caches ([`Batch::Large`]) or go through them ([`Batch::Small`]).
+//! bypass the CPU caches ([`Fit::BeyondCache`]) or go through them ([`Fit::InCache`]).
 //!
 //! Streaming (non-temporal) stores win only when the destinations will have left the caches before they are
 //! written again; below that they lose badly. Measured on this machine, 4 KiB page copies streamed against
@@ -11,10 +11,10 @@
 //! So the engine keeps a small sketch of the destinations it wrote lately: of each 64 KiB granule of a space,
 //! it notes whether a write crossed the granule's start (a 1-in-16 sample of page-sized writes, every granule
 //! of a long one) in a hashed bit set, over windows of [`WINDOW`] bytes moved. A stream whose sampled
-//! destinations cover at least [`STREAM_MIN`] bytes in the current or the last window is large.
+//! destinations cover at least [`STREAM_MIN`] bytes in the current or the last window is beyond the caches.
 
 use crate::addr_map::{Loc, Space};
-use crate::bulk::Batch;
+use crate::bulk::Fit;
 
 /// The sampling granule: a write is noted when it crosses the start of one.
 const GRANULE: usize = 64 << 10;
@@ -75,12 +75,12 @@ impl Footprint {
         }
     }
 
-    /// The class the engine's copies belong to now.
-    pub(crate) fn class(&self) -> Batch {
+    /// Whether the engine's copies now write within the caches or beyond them.
+    pub(crate) fn class(&self) -> Fit {
         if self.granules.max(self.last) >= LARGE_GRANULES {
-            Batch::Large
+            Fit::BeyondCache
         } else {
-            Batch::Small
+            Fit::InCache
         }
     }
 }
@@ -111,7 +111,7 @@ mod tests {
             } else {
                 (0..256).for_each(|p| f.note(host((1 << 30) + p * PAGE), PAGE));
             }
-            assert_eq!(f.class(), Batch::Small, "round {round}");
+            assert_eq!(f.class(), Fit::InCache, "round {round}");
         }
     }
 
@@ -122,22 +122,22 @@ mod tests {
         let mut f = Footprint::default();
         let granules = STREAM_MIN / GRANULE;
         for g in 0..granules {
-            assert_eq!(f.class(), Batch::Small, "after {g} granules");
+            assert_eq!(f.class(), Fit::InCache, "after {g} granules");
             // One page at the start of each granule, HBM: sampled every time.
             f.note(Loc { space: Space::Hbm, off: g * GRANULE }, PAGE);
         }
-        assert_eq!(f.class(), Batch::Large);
+        assert_eq!(f.class(), Fit::BeyondCache);
         // Small work: the window that saw the large stream ends, and its count carries into the next one.
         let mut moved = granules * PAGE;
         while moved < WINDOW {
             f.note(host(0), 1 << 20);
             moved += 1 << 20;
         }
-        assert_eq!(f.class(), Batch::Large, "the last window was large");
+        assert_eq!(f.class(), Fit::BeyondCache, "the last window was large");
         for _ in 0..WINDOW / (1 << 20) {
             f.note(host(0), 1 << 20);
         }
-        assert_eq!(f.class(), Batch::Small, "a whole window of one small buffer");
+        assert_eq!(f.class(), Fit::InCache, "a whole window of one small buffer");
     }
 
     /// A long copy counts every granule it crosses; pages that cross none (not at a granule start) and small
@@ -152,6 +152,6 @@ mod tests {
         assert_eq!(f.granules as usize, STREAM_MIN / GRANULE - 2, "no granule start crossed");
         f.note(Loc { space: Space::Hbm, off: 2 * GRANULE }, PAGE);
         f.note(host(STREAM_MIN), PAGE);
-        assert_eq!(f.class(), Batch::Large, "the HBM granule and the host one are new");
+        assert_eq!(f.class(), Fit::BeyondCache, "the HBM granule and the host one are new");
     }
 }

@@ -20,7 +20,7 @@
 use rustc_hash::FxHashSet;
 
 use crate::addr_map::{AddrMap, Loc, Space};
-use crate::bulk::Batch;
+use crate::bulk::Fit;
 use crate::copy::Copy;
 
 /// How the fabric orders an engine's writes.
@@ -87,19 +87,19 @@ impl PostedWrites {
         self.list.push(c);
     }
 
-    /// Performs every posted write, in order, as copies of class `batch` (when it is large: streamed, up to
+    /// Performs every posted write, in order, at cache fit `fit` (beyond the caches: streamed, up to
     /// [`crate::bulk::LANES`] independent page-sized writes at a time).
-    pub(crate) fn drain(&mut self, map: &AddrMap, batch: Batch) {
+    pub(crate) fn drain(&mut self, map: &AddrMap, fit: Fit) {
         let mut i = 0;
         while i < self.list.len() {
-            let group = (batch == Batch::Large).then(|| Copy::group(map, &self.list[i..]));
+            let group = (fit == Fit::BeyondCache).then(|| Copy::group(map, &self.list[i..]));
             match group {
                 Some(g) if g.len() > 1 => {
                     g.perform();
                     i += g.len();
                 }
                 _ => {
-                    self.list[i].perform(map, batch);
+                    self.list[i].perform(map, fit);
                     i += 1;
                 }
             }
@@ -377,7 +377,7 @@ mod tests {
         }
     }
 
-    /// A drain of a large batch (which streams, and performs independent page-sized writes in groups) lands
+    /// A drain beyond the caches (which streams, and performs independent page-sized writes in groups) lands
     /// exactly what performing the writes one by one would: writes here read what earlier ones wrote, write
     /// over earlier destinations and over earlier sources, among independent ones, aligned and not.
     #[test]
@@ -431,7 +431,7 @@ mod tests {
                 p.post(c);
                 bytes += len;
             }
-            p.drain(&map, Batch::Large);
+            p.drain(&map, Fit::BeyondCache);
             assert!(p.is_empty());
             assert!(whole(Space::Hbm) == want[1].as_slice(), "round {round}: HBM differs from writes in turn");
             assert!(whole(Space::Host) == want[0].as_slice(), "round {round}: host memory was written");
