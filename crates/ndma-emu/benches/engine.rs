@@ -5,7 +5,8 @@
 //! Then the cost of a scattered layout alone: 30 MiB host→HBM in 4 KiB descriptor pairs (Relaxed), once from
 //! consecutive host pages and once from pages spread over 1 GiB of host memory — the same descriptors, bytes
 //! and barrier, only the source pages differ (what a scattered zero-copy user buffer gives the engine).
-//! Prints scattered / contiguous.
+//! And the same HBM→host, the pages being the destinations (a scattered d2h buffer: immediate writes, where
+//! host→HBM ones are posted). Prints scattered / contiguous for each.
 //!
 //! `cargo bench -p ndma-emu --bench engine -- --warm-up-time 1 --measurement-time 5`
 
@@ -80,11 +81,23 @@ impl Bench {
     /// (untimed), then times doorbell → marker observed.
     fn run(&mut self, pairs: &[(u64, u32)]) -> Duration {
         let mut dst = self.dst;
-        let n = pairs.len() as u32;
-        for (i, &(src, len)) in pairs.iter().enumerate() {
-            let b = if i + 1 == pairs.len() { Barrier::WriteBarrier } else { Barrier::None };
+        let copies: Vec<(u64, u64, u32)> = pairs
+            .iter()
+            .map(|&(src, len)| {
+                dst += u64::from(len);
+                (src, dst - u64::from(len), len)
+            })
+            .collect();
+        self.run_copies(&copies)
+    }
+
+    /// Stages `(source, destination, length)` copies, the last with a write barrier, and the marker
+    /// (untimed), then times doorbell → marker observed.
+    fn run_copies(&mut self, copies: &[(u64, u64, u32)]) -> Duration {
+        let n = copies.len() as u32;
+        for (i, &(src, dst, len)) in copies.iter().enumerate() {
+            let b = if i + 1 == copies.len() { Barrier::WriteBarrier } else { Barrier::None };
             self.q.copy_prepare_one(src, dst, len, b, false).expect("prepare");
-            dst += u64::from(len);
         }
         self.marker.store_u32(0, MARKER, Ordering::Relaxed).expect("marker");
         self.marker.store_u32(4, 0, Ordering::Relaxed).expect("marker");
@@ -192,9 +205,6 @@ fn engine(c: &mut Criterion) {
 
 /// 30 MiB in page-sized pairs from consecutive pages and from pages spread over 1 GiB, same run.
 fn layout(c: &mut Criterion) {
-    let mut g = c.benchmark_group("host_to_hbm_30MiB_pages");
-    g.throughput(Throughput::Bytes(u64::from(PAGE_PAIRS) * PAGE as u64));
-    g.sample_size(10);
     let mut bench = Bench::new(OrderingMode::Relaxed);
     let area = bench.dev.host().alloc(SCATTER_AREA, 1 << 21).expect("scatter area");
     area.fill(0, SCATTER_AREA, 0x3c).expect("warm area");
@@ -209,27 +219,46 @@ fn layout(c: &mut Criterion) {
         x ^= x >> 7;
         x ^= x << 17;
         if seen.insert(x % pages) {
-            scattered.push((base + (x % pages) * PAGE as u64, PAGE as u32));
+            scattered.push(base + (x % pages) * PAGE as u64);
         }
     }
-    let contiguous: Vec<(u64, u32)> =
-        (0..u64::from(PAGE_PAIRS)).map(|i| (base + i * PAGE as u64, PAGE as u32)).collect();
-    let mut means = Vec::new();
-    for (name, pairs) in [("contiguous", &contiguous), ("scattered", &scattered)] {
-        bench.run(pairs);
-        let t = acc();
-        g.bench_function(name, |bch| bch.iter_custom(|iters| timed(&t, iters, || bench.run(pairs))));
-        means.push((mean(&t), best(&t)));
+    let contiguous: Vec<u64> = (0..u64::from(PAGE_PAIRS)).map(|i| base + i * PAGE as u64).collect();
+    let hbm_base = bench.dst;
+    let hbm = |i: usize| hbm_base + (i * PAGE) as u64;
+    for to_hbm in [true, false] {
+        let name = if to_hbm { "host_to_hbm_30MiB_pages" } else { "hbm_to_host_30MiB_pages" };
+        let mut g = c.benchmark_group(name);
+        g.throughput(Throughput::Bytes(u64::from(PAGE_PAIRS) * PAGE as u64));
+        g.sample_size(10);
+        let mut means = Vec::new();
+        for (layout, host_pages) in [("contiguous", &contiguous), ("scattered", &scattered)] {
+            let copies: Vec<(u64, u64, u32)> = host_pages
+                .iter()
+                .enumerate()
+                .map(|(i, &h)| if to_hbm { (h, hbm(i), PAGE as u32) } else { (hbm(i), h, PAGE as u32) })
+                .collect();
+            bench.run_copies(&copies);
+            let t = acc();
+            g.bench_function(layout, |bch| bch.iter_custom(|iters| timed(&t, iters, || bench.run_copies(&copies))));
+            means.push((mean(&t), best(&t)));
+        }
+        g.finish();
+        if to_hbm {
+            let mut probe = [0u8; 1];
+            bench.dev.hbm_read(bench.dst, &mut probe).expect("probe");
+            assert_eq!(probe[0], 0x3c, "the engine did not copy");
+            // What the HBM→host copies will carry.
+            bench.dev.hbm_fill(bench.dst, u64::from(PAGE_PAIRS) * PAGE as u64, 0x77).expect("refill");
+        } else {
+            let word = area.load_u32((scattered[0] - base) as usize, Ordering::Relaxed).expect("probe");
+            assert_eq!(word, 0x7777_7777, "the engine did not copy");
+        }
+        println!(
+            "{name}: scattered / contiguous (same descriptors, Relaxed): mean {:.3}, best-of-run {:.3}",
+            means[0].0 / means[1].0,
+            means[0].1 / means[1].1
+        );
     }
-    g.finish();
-    let mut probe = [0u8; 1];
-    bench.dev.hbm_read(bench.dst, &mut probe).expect("probe");
-    assert_eq!(probe[0], 0x3c, "the engine did not copy");
-    println!(
-        "pages scattered / contiguous (same descriptors, Relaxed): mean {:.3}, best-of-run {:.3}",
-        means[0].0 / means[1].0,
-        means[0].1 / means[1].1
-    );
 }
 
 criterion_group!(benches, engine, layout);
