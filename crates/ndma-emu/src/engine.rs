@@ -468,8 +468,8 @@ impl Engine {
             // Clock reads only for a trace: a drain follows every write barrier, and two reads cost about as
             // much as a small copy's drain.
             let start = dev.trace.enabled().then(Instant::now);
-            let class = exec.footprint.class();
-            exec.posted.drain(&dev.map, class);
+            let grouped = exec.posted.drain(&dev.map, exec.footprint.class());
+            EngineCounters::bump(&self.stats.grouped, grouped as u64);
             if let Some(start) = start {
                 let kind = EngineEventKind::Drain;
                 dev.trace.record(EngineEvent { engine: self.id, qid: u32::MAX, kind, start, end: Instant::now() });
@@ -755,6 +755,7 @@ impl Engine {
                 if n > 1 {
                     bytes += ops[i..i + n].iter().map(|o| o.copy.len as u64).sum::<u64>();
                     EngineCounters::bump(&self.stats.copies, n as u64);
+                    EngineCounters::bump(&self.stats.grouped, n as u64);
                     i += n;
                     continue;
                 }

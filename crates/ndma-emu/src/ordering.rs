@@ -88,15 +88,18 @@ impl PostedWrites {
     }
 
     /// Performs every posted write, in order, at cache fit `fit` (beyond the caches: streamed, up to
-    /// [`crate::bulk::LANES`] independent page-sized writes at a time).
-    pub(crate) fn drain(&mut self, map: &AddrMap, fit: Fit) {
+    /// [`crate::bulk::LANES`] independent page-sized writes at a time). Returns how many writes it performed
+    /// in such groups.
+    pub(crate) fn drain(&mut self, map: &AddrMap, fit: Fit) -> usize {
         let mut i = 0;
+        let mut grouped = 0;
         while i < self.list.len() {
             let group = (fit == Fit::BeyondCache).then(|| Copy::group(map, &self.list[i..]));
             match group {
                 Some(g) if g.len() > 1 => {
                     g.perform();
                     i += g.len();
+                    grouped += g.len();
                 }
                 _ => {
                     self.list[i].perform(map, fit);
@@ -109,6 +112,7 @@ impl PostedWrites {
         self.destinations.clear();
         self.dst_spaces = 0;
         self.scanned = 0;
+        grouped
     }
 
     /// True if performing `c` now could observe a posted write not having landed: its destination overlaps

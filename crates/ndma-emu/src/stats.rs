@@ -15,6 +15,9 @@ pub struct EngineStats {
     pub faults: u64,
     /// Copies actually performed after merging contiguous descriptors.
     pub copies: u64,
+    /// Of `copies`, those performed in groups of independent page-sized writes at once (only while the
+    /// engine's recent destinations cover more than the caches hold).
+    pub grouped: u64,
     /// Times the posted-write list was drained with something on it.
     pub drains: u64,
     /// Microseconds of per-descriptor delay the fault plan injected (as planned, not as measured).
@@ -39,6 +42,7 @@ impl EngineStats {
             doorbells: self.doorbells.wrapping_sub(earlier.doorbells),
             faults: self.faults.wrapping_sub(earlier.faults),
             copies: self.copies.wrapping_sub(earlier.copies),
+            grouped: self.grouped.wrapping_sub(earlier.grouped),
             drains: self.drains.wrapping_sub(earlier.drains),
             delayed_us: self.delayed_us.wrapping_sub(earlier.delayed_us),
             throttled_ns: self.throttled_ns.wrapping_sub(earlier.throttled_ns),
@@ -57,6 +61,7 @@ pub(crate) struct EngineCounters {
     pub(crate) bytes: AtomicU64,
     pub(crate) faults: AtomicU64,
     pub(crate) copies: AtomicU64,
+    pub(crate) grouped: AtomicU64,
     pub(crate) drains: AtomicU64,
     pub(crate) delayed_us: AtomicU64,
     pub(crate) throttled_ns: AtomicU64,
@@ -102,6 +107,7 @@ impl EngineCounters {
             doorbells: get(&self.doorbells),
             faults: get(&self.faults),
             copies: get(&self.copies),
+            grouped: get(&self.grouped),
             drains: get(&self.drains),
             delayed_us: get(&self.delayed_us),
             throttled_ns: get(&self.throttled_ns),

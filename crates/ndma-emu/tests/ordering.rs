@@ -141,3 +141,67 @@ fn threaded_marker_never_precedes_the_data_with_the_barrier() {
         }
     }
 }
+
+/// Once the engine's recent destinations exceed the caches, its immediate page writes (HBM → host pages, a
+/// scattered d2h buffer) land in groups — and a group never reorders what the ordering model promises: a
+/// page write that reads a posted HBM destination still sees it landed (it is left out of the group and
+/// drains first), a write-barrier pair still drains behind it, and every page is byte-exact with the bytes
+/// around it untouched. Before the engine has written that much, the same batch lands page by page.
+#[test]
+fn grouped_page_writes_keep_the_ordering_model() {
+    const PAGES: usize = 12;
+    let page = 4096u64;
+    let mut rig = Rig::new(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial);
+    // Pages spread over a host area, every other page a guard that must stay untouched.
+    let area = rig.dev.host().alloc(2 * PAGES * 4096, 4096).unwrap();
+    let posted_src = rig.dev.host().alloc(4096, 4096).unwrap();
+    posted_src.write_bytes(0, &pattern(7, 0, 4096)).unwrap();
+    let hbm = rig.dev.alloc_hbm(PAGES as u64 * page, 4096).unwrap();
+    let hbm_bytes = pattern(9, 0, PAGES * 4096);
+    let order: Vec<usize> = (0..PAGES).map(|k| (k * 7) % PAGES).collect();
+    let run = |rig: &mut Rig| {
+        // HBM page 0 holds other bytes than the posted write brings, so a read that overtook it would show.
+        rig.dev.hbm_write(hbm.pa, &hbm_bytes).unwrap();
+        area.fill(0, 2 * PAGES * 4096, OLD).unwrap();
+        // Pair 0: host → HBM page 0, posted. Pair 1 reads it back into the first host page: it must see it.
+        let n0 = rig.stage(rig.host_addr(&posted_src, 0), hbm.pa, page, Barrier::None);
+        let mut n = n0;
+        for (k, &slot) in order.iter().enumerate() {
+            let src = if k == 0 { hbm.pa } else { hbm.pa + k as u64 * page };
+            let last = if k + 1 == PAGES { Barrier::WriteBarrier } else { Barrier::None };
+            n += rig.stage(src, rig.host_addr(&area, (2 * slot) as u64 * page), page, last);
+        }
+        rig.stage_marker();
+        rig.q.copy_start(&*rig.dev, n + 1, n + 1).unwrap();
+        assert!(rig.marker_landed());
+        rig.q.ack(n + 1);
+    };
+    let check = |what: &str| {
+        let mut got = vec![0u8; 2 * PAGES * 4096];
+        area.read_bytes(0, &mut got).unwrap();
+        for (k, &slot) in order.iter().enumerate() {
+            let at = 2 * slot * 4096;
+            let want: &[u8] = if k == 0 { &pattern(7, 0, 4096) } else { &hbm_bytes[k * 4096..(k + 1) * 4096] };
+            assert!(got[at..at + 4096] == *want, "{what}: page {k} (slot {slot})");
+            assert!(got[at + 4096..at + 8192].iter().all(|&b| b == OLD), "{what}: guard after slot {slot}");
+        }
+    };
+    let stats = |rig: &Rig| rig.dev.engine_stats(rig.eng).unwrap();
+
+    let before = stats(&rig);
+    run(&mut rig);
+    check("within the caches");
+    assert_eq!(stats(&rig).since(&before).grouped, 0, "a small footprint lands page by page");
+
+    // 12 MiB of distinct destinations: the engine now writes beyond the caches.
+    let big = 12 << 20;
+    let src = rig.dev.host().alloc(big, 4096).unwrap();
+    let dst = rig.dev.alloc_hbm(big as u64, 4096).unwrap();
+    rig.copy(rig.host_addr(&src, 0), dst.pa, big as u64, Barrier::WriteBarrier);
+    let before = stats(&rig);
+    run(&mut rig);
+    check("beyond the caches");
+    let grouped = stats(&rig).since(&before).grouped;
+    // Pages 1..=10 group (page 0 reads the posted write, page 11 carries the barrier): 8 + 2.
+    assert_eq!(grouped, (PAGES - 2) as u64, "the independent pages land in groups");
+}
