@@ -70,24 +70,11 @@ impl Bench {
         Bench { _sys: sys, dev, q, src, dst, marker, phb }
     }
 
-    /// Stages 4096 × 64 KiB + the marker (untimed), then times doorbell → marker observed.
+    /// Stages 4096 × 64 KiB to consecutive HBM + the marker (untimed), then times doorbell → marker observed.
     fn run_once(&mut self) -> Duration {
-        let s = self.src.phys_addr() | self.phb;
-        let pairs = (0..u64::from(PAIRS)).map(|i| (s + i * DESC as u64, DESC as u32));
-        self.run(&pairs.collect::<Vec<_>>())
-    }
-
-    /// Stages `(source, length)` pairs to consecutive HBM, the last with a write barrier, and the marker
-    /// (untimed), then times doorbell → marker observed.
-    fn run(&mut self, pairs: &[(u64, u32)]) -> Duration {
-        let mut dst = self.dst;
-        let copies: Vec<(u64, u64, u32)> = pairs
-            .iter()
-            .map(|&(src, len)| {
-                dst += u64::from(len);
-                (src, dst - u64::from(len), len)
-            })
-            .collect();
+        let (s, d) = (self.src.phys_addr() | self.phb, self.dst);
+        let copies: Vec<_> =
+            (0..u64::from(PAIRS)).map(|i| (s + i * DESC as u64, d + i * DESC as u64, DESC as u32)).collect();
         self.run_copies(&copies)
     }
 

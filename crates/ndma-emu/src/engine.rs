@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use udma::regs::{QueueReg, QueueSwCtrl};
 use udma::{regs, Desc, Direction, TxDesc};
 
-use crate::addr_map::Space;
 use crate::bar0::{engine_state, EngineRegs, PairState};
 use crate::bulk::{self, Fit};
 use crate::copy::Copy;
@@ -744,14 +743,13 @@ impl Engine {
     fn execute(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op], plan_active: bool) -> u64 {
         let delay_us = if plan_active { dev.plan.delay_us(self.id) } else { 0 };
         let rate = if plan_active { dev.plan.bandwidth(self.id) } else { None };
-        let posts = dev.ordering.posts_hbm_writes();
         ops.iter().for_each(|o| exec.footprint.note(o.copy.dst, o.copy.len));
         let fit = exec.footprint.class();
         let mut bytes = 0;
         let mut i = 0;
         while i < ops.len() {
             if fit == Fit::BeyondCache && delay_us == 0 && rate.is_none() {
-                let n = self.land_group(dev, exec, &ops[i..], posts);
+                let n = self.land_group(dev, exec, &ops[i..]);
                 if n > 1 {
                     bytes += ops[i..i + n].iter().map(|o| o.copy.len as u64).sum::<u64>();
                     EngineCounters::bump(&self.stats.copies, n as u64);
@@ -778,7 +776,7 @@ impl Engine {
                 self.inject_delay(delay_us.saturating_mul(op.descs));
             }
             let start = rate.map(|_| Instant::now());
-            self.land(dev, exec, op, posts, fit);
+            self.land(dev, exec, op, fit);
             EngineCounters::bump(&self.stats.copies, 1);
             if op.write_barrier {
                 self.drain(dev, exec);
@@ -797,17 +795,20 @@ impl Engine {
     /// they could observe. A scattered d2h buffer is hundreds of such pages; copied one at a time, each
     /// waits on memory alone and fences its streaming stores on its own. Returns how many it landed (0 when
     /// fewer than two qualify: the caller lands the first on its own).
-    fn land_group(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op], posts: bool) -> usize {
-        let mut copies = [ops[0].copy; bulk::LANES];
-        let mut n = 0;
-        for (k, op) in ops.iter().enumerate().take(bulk::LANES) {
-            let immediate = !(posts && op.copy.dst.space == Space::Hbm);
+    fn land_group(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op]) -> usize {
+        let mut joins = |k: usize, op: &Op| {
             let alone = !op.dropped && !op.drain_before && !op.write_barrier;
             let merges = ops.get(k + 1).is_some_and(|next| Self::join(op, next).is_some());
-            if !immediate || !alone || merges || (!exec.posted.is_empty() && exec.posted.conflicts(&op.copy)) {
-                break;
-            }
-            copies[n] = op.copy;
+            alone && !merges && !dev.ordering.posts(&op.copy) && !exec.posted.conflicts(&op.copy)
+        };
+        // Most calls end here: a posted write (a host→HBM stream) or one that merges.
+        if ops.len() < 2 || !joins(0, &ops[0]) {
+            return 0;
+        }
+        let mut copies = [ops[0].copy; bulk::LANES];
+        let mut n = 1;
+        while n < bulk::LANES && ops.get(n).is_some_and(|op| joins(n, op)) {
+            copies[n] = ops[n].copy;
             n += 1;
         }
         if n < 2 {
@@ -858,13 +859,13 @@ impl Engine {
 
     /// Lands one (merged) copy: dropped by the plan, posted (an HBM destination in a posting mode), or
     /// performed now — after draining posted writes it would observe.
-    fn land(&self, dev: &DeviceCore, exec: &mut ExecState, op: &Op, posts: bool, fit: Fit) {
+    fn land(&self, dev: &DeviceCore, exec: &mut ExecState, op: &Op, fit: Fit) {
         if op.dropped {
             tracing::debug!(engine = self.id, "final write of a batch dropped by the fault plan");
-        } else if posts && op.copy.dst.space == Space::Hbm {
+        } else if dev.ordering.posts(&op.copy) {
             exec.posted.post(op.copy);
         } else {
-            if !exec.posted.is_empty() && exec.posted.conflicts(&op.copy) {
+            if exec.posted.conflicts(&op.copy) {
                 self.drain(dev, exec);
             }
             op.copy.perform(&dev.map, fit);

@@ -40,6 +40,12 @@ impl OrderingMode {
     pub fn posts_hbm_writes(self) -> bool {
         self != OrderingMode::Strict
     }
+
+    /// Whether the engine posts copy `c` (an HBM destination in a posting mode) instead of performing it at
+    /// once.
+    pub(crate) fn posts(self, c: &Copy) -> bool {
+        self.posts_hbm_writes() && c.dst.space == Space::Hbm
+    }
 }
 
 /// An engine's posted (not yet landed) writes, oldest first.
@@ -118,6 +124,9 @@ impl PostedWrites {
     /// True if performing `c` now could observe a posted write not having landed: its destination overlaps
     /// a posted source, or its source overlaps a posted destination.
     pub(crate) fn conflicts(&mut self, c: &Copy) -> bool {
+        if self.list.is_empty() {
+            return false;
+        }
         let hit = |p: &Copy| c.dst.overlaps(c.len, p.src, p.len) || c.src.overlaps(c.len, p.dst, p.len);
         // A long write asks about more pages than there are posted writes to scan.
         let n = self.list.len();
