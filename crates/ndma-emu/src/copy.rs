@@ -59,7 +59,7 @@ impl Copy {
     /// its own source, so performing them at once equals performing them in turn.
     pub(crate) fn group(map: &AddrMap, list: &[Copy]) -> Group {
         let none = bulk::Lane { src: ptr::null(), dst: ptr::null_mut(), len: 0 };
-        let mut g = Group { lanes: [none; bulk::LANES], finals: [None; bulk::LANES], len: 0 };
+        let mut g = Group { lanes: [none; bulk::LANES], publish: [false; bulk::LANES], len: 0 };
         if !bulk::streams_available() {
             g.len = 1;
             return g;
@@ -82,7 +82,7 @@ impl Copy {
             let published = c.dst.space == Space::Host && (dst as usize + c.len) % 4 == 0;
             let body = if published { c.len - 4 } else { c.len };
             g.lanes[g.len] = bulk::Lane { src, dst, len: body };
-            g.finals[g.len] = published.then(|| (src.wrapping_add(body) as *const u8, dst.wrapping_add(body)));
+            g.publish[g.len] = published;
             g.len += 1;
         }
         g.len = g.len.max(1);
@@ -93,9 +93,9 @@ impl Copy {
 /// Copies [`Copy::group`] found can be performed together, as the bulk mover's lanes.
 pub(crate) struct Group {
     lanes: [bulk::Lane; bulk::LANES],
-    /// Per lane with a host destination: where its last word is read and published (after every lane's
-    /// body, in lane order).
-    finals: [Option<(*const u8, *mut u8)>; bulk::LANES],
+    /// Per lane: its copy's last word is the 4 bytes after the lane (a host destination), published after
+    /// every lane's body, in lane order.
+    publish: [bool; bulk::LANES],
     len: usize,
 }
 
@@ -123,13 +123,14 @@ impl Group {
             // SAFETY: as above; the lanes are independent, so one after another equals all at once.
             unsafe { bulk::copy(l.src, l.dst, l.len) };
         }
-        for &(src, dst) in self.finals[..self.len].iter().flatten() {
-            // SAFETY: `src`/`dst` are the last 4 bytes of a lane's decoded ranges; `dst` is 4-byte aligned
-            // (checked by `group`). No lane writes the source word (the lanes are independent). Release orders
-            // every body of the group (`copy_lanes` fenced its streaming stores) before the word.
+        for (l, _) in self.lanes[..self.len].iter().zip(self.publish).filter(|(_, p)| *p) {
+            // SAFETY: the 4 bytes after a publishing lane are the last bytes of its copy's decoded ranges
+            // (`group` shortened the lane by them); the destination word is 4-byte aligned (checked by `group`).
+            // No lane writes the source word (the lanes are independent). Release orders every body of the
+            // group (`copy_lanes` fenced its streaming stores) before the word.
             unsafe {
-                let last = ptr::read_unaligned(src as *const u32);
-                AtomicU32::from_ptr(dst as *mut u32).store(last, Ordering::Release);
+                let last = ptr::read_unaligned(l.src.add(l.len) as *const u32);
+                AtomicU32::from_ptr(l.dst.add(l.len) as *mut u32).store(last, Ordering::Release);
             }
         }
     }
@@ -175,7 +176,7 @@ mod tests {
             .collect();
         let g = Copy::group(&map, &copies);
         assert_eq!(g.len(), bulk::LANES);
-        assert_eq!(g.finals.iter().filter(|f| f.is_some()).count(), bulk::LANES - 1, "4097 ends off a word");
+        assert_eq!(g.publish.iter().filter(|&&p| p).count(), bulk::LANES - 1, "4097 ends off a word");
         g.perform();
         let (dst, src) = (whole(Space::Host).to_vec(), whole(Space::Hbm).to_vec());
         let mut want = vec![0xEEu8; SIZE];
