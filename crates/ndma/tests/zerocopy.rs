@@ -477,6 +477,81 @@ fn deferred_pieces_of_an_exited_process_complete_with_an_error_and_free_their_pi
     z.assert_no_leaks("exit");
 }
 
+/// A request that is already over — `submit_completed`'s dummy, or an async request with nothing to move —
+/// completes exactly once, in queue order: behind a request still waiting to be pinned, not ahead of it.
+#[test]
+fn requests_already_over_complete_in_order_behind_those_in_flight() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    // No pin budget: the first request stays queued, unpinned, until the budget is raised.
+    dev.set_zerocopy_pin_budget(0);
+    let va = z.map(16, Placement::Scattered { seed: 9 });
+    let data = pattern(41, 0, 16 * PAGE as usize);
+    z.mm.write(va, &data).unwrap();
+    let mc = alloc(dev, false, 16 * PAGE, 0).unwrap();
+    write_chunk(emu, &mc, 0, &vec![DST_FILL; 16 * PAGE as usize]).unwrap();
+    let op = BatchOp { offset: 0, size: 16 * PAGE, buffer: va };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 1, 10).unwrap();
+    dev.zerocopy_submit_completed(0, -1, 2, -5, 20).unwrap();
+    let nothing = BatchOp { offset: 0, size: 0, buffer: va };
+    dev.zerocopy_submit(0, &[nothing, nothing], &mc, 0, -1, true, 3, 30).unwrap();
+    dev.zerocopy_submit(0, &[], &mc, 0, -1, false, 4, 40).unwrap();
+    let s = dev.zerocopy_status(0).unwrap();
+    assert_eq!((s.contexts, s.pinned_pages), (4, 0), "one deferred piece, three requests already over");
+    assert_eq!(cq.pop(), None, "nothing completes ahead of the request at the head");
+    assert!(read_vec(emu, &mc, 0, 16 * PAGE).unwrap().iter().all(|&b| b == DST_FILL), "nothing moved yet");
+    dev.set_zerocopy_pin_budget(1 << 20);
+    let expect = [
+        CqEntry { sequence_num: 1, compl_ret: 0, context: 10 },
+        CqEntry { sequence_num: 2, compl_ret: -5, context: 20 },
+        CqEntry { sequence_num: 3, compl_ret: 0, context: 30 },
+        CqEntry { sequence_num: 4, compl_ret: 0, context: 40 },
+    ];
+    assert_eq!(take(&cq, 4), expect);
+    assert_eq!(cq.pop(), None, "exactly one completion each");
+    assert!(read_vec(emu, &mc, 0, 16 * PAGE).unwrap() == data);
+    z.assert_no_leaks("requests already over");
+}
+
+/// `submit_completed` has the async gates of a submit (owner, V2) and, like every async request, never waits
+/// for room: a full context queue refuses it, and refuses an async request with nothing to move, with -EBUSY.
+#[test]
+fn a_request_already_over_is_refused_by_the_gates_and_by_a_full_queue() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    assert_eq!(dev.zerocopy_submit_completed(0, 1, 1, 0, 0), Err(NdmaError::NotOwner { nc: 0, qid: 1 }));
+    assert_eq!(dev.zerocopy_submit_completed(99, -1, 1, 0, 0), Err(NdmaError::NotOwner { nc: 99, qid: -1 }));
+    dev.set_zerocopy_pin_budget(0);
+    let va = z.map(1, Placement::Contiguous);
+    let mc = alloc(dev, false, PAGE, 0).unwrap();
+    let op = BatchOp { offset: 0, size: 64, buffer: va };
+    // 1023 usable slots (capacity 1024), each holding a deferred piece.
+    for seq in 1..=1023u64 {
+        dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, seq, 0).unwrap();
+    }
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 1023);
+    let busy = NdmaError::QueueFull { nc: 0 };
+    assert_eq!(dev.zerocopy_submit_completed(0, -1, 2000, 0, 0), Err(busy.clone()));
+    assert_eq!(busy.errno(), -16);
+    let nothing = BatchOp { size: 0, ..op };
+    assert_eq!(dev.zerocopy_submit(0, &[nothing], &mc, 0, -1, true, 2001, 0), Err(busy.clone()));
+    assert_eq!(dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 2002, 0), Err(busy));
+    dev.set_zerocopy_pin_budget(1 << 20);
+    let got = take(&cq, 1023);
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(k, e)| *e == CqEntry { sequence_num: k as u64 + 1, compl_ret: 0, context: 0 }));
+    assert_eq!(cq.pop(), None, "the refused requests post nothing");
+    z.assert_no_leaks("full queue");
+
+    let v2 = Zc::new(Arch::V2, ExecPolicy::Inline);
+    assert_eq!(v2.dev().zerocopy_submit_completed(0, -1, 1, 0, 0), Err(NdmaError::AsyncZeroCopyUnsupported));
+    v2.assert_no_leaks("V2");
+}
+
 #[test]
 fn the_pin_budget_holds_and_deferred_pieces_are_pinned_remotely() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
