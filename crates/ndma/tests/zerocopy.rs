@@ -684,6 +684,41 @@ fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
     z.assert_no_leaks("pre-pinned");
 }
 
+/// A piece over the pin budget that lies in a pre-pinned range waits like any other, then takes a reference on
+/// the range in the completion thread: no remote pin, nothing unpinned, and the range stays registered.
+#[test]
+fn a_deferred_piece_in_a_pre_pinned_range_takes_a_reference_instead_of_a_remote_pin() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let pages = 100;
+    let len = pages as u64 * PAGE;
+    let va = z.map(pages, Placement::Scattered { seed: 6 });
+    let mc = alloc(dev, false, len, 0).unwrap();
+    z.tb.system.pin_host_memory(va, len).unwrap();
+    let pinned_once = z.mm.pin_stats();
+    let data = pattern(55, 0, len as usize);
+    write_chunk(z.emu(), &mc, 0, &data).unwrap();
+    z.mm.fill(va, len, DST_FILL).unwrap();
+    dev.set_zerocopy_pin_budget(0);
+    let op = BatchOp { offset: 0, size: len, buffer: va };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, false, 9, 90).unwrap();
+    let s = dev.zerocopy_status(0).unwrap();
+    assert_eq!((u64::from(s.contexts), s.pinned_pages), (pieces(len, 0), 0), "every piece deferred");
+    assert_eq!(cq.pop(), None);
+    dev.set_zerocopy_pin_budget(1 << 20);
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 9, compl_ret: 0, context: 90 }]);
+    let mut back = vec![0u8; len as usize];
+    z.mm.read(va, &mut back).unwrap();
+    assert!(back == data, "the device's bytes reached the user pages");
+    let s = z.mm.pin_stats();
+    let calls = |s: &ndma_emu::user::PinStats| (s.fast_calls, s.slow_calls, s.remote_calls, s.unpinned_pages);
+    assert_eq!(calls(&s), calls(&pinned_once), "no pin and no unpin besides the range's own");
+    assert_eq!(z.tb.emu.host().frames().leak_check().pinned_frames, pages, "the range stays pinned");
+    z.tb.system.unpin_host_memory(va).unwrap();
+    z.assert_no_leaks("deferred pre-pinned");
+}
+
 #[test]
 fn a_sync_hang_times_out_after_exactly_the_async_budget() {
     let z = Zc::with(Arch::V3, ExecPolicy::Inline, ClockKind::Fake);
