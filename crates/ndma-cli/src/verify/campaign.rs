@@ -73,11 +73,13 @@ pub fn run(cfg: &Config, which: Selection) -> CliResult<Tally> {
         if zerocopy && !d.zerocopy_supported() {
             d.set_zerocopy_trn1_override(true);
         }
-        // The completion queues are allocated on first use and kept: allocate them before the baseline.
-        if cfg.paths.contains(&PathKind::ZeroCopyAsync) {
+        // A ring's zero-copy state (its completion queue, which a synchronous request creates too) is
+        // allocated on the ring's first zero-copy use and kept: allocate it before the baseline, or the
+        // end-of-run checks count it as host memory never returned.
+        if zerocopy {
             for nc in 0..d.dhal().ncs_per_device() {
                 if let Err(e) = d.completion_queue(nc) {
-                    tracing::debug!(nc, %e, "no completion queue (async zero-copy is refused there)");
+                    tracing::debug!(nc, %e, "no zero-copy state on this ring");
                 }
             }
         }
