@@ -14,11 +14,12 @@ use ndma::Instance;
 use ndma_cli::verify::buffers::Side;
 use ndma_cli::verify::campaign::{self, Selection};
 use ndma_cli::verify::check::{self, Clues, Expect, Region};
-use ndma_cli::verify::config::{Bound, Budgets, Config, Engines, FaultMode};
+use ndma_cli::verify::config::{Bound, Budgets, Config, Engines, FaultMode, Ordering};
 use ndma_cli::verify::fault::FaultKind;
 use ndma_cli::verify::op::{DrawContext, OpSpec};
 use ndma_cli::verify::path::PathKind;
 use ndma_cli::verify::pattern::Pattern;
+use ndma_cli::verify::replay;
 use ndma_cli::verify::summary::Tally;
 use ndma_emu::test_utils::Dir;
 use serde_json::Value;
@@ -197,6 +198,47 @@ fn a_campaign_of_synchronous_zero_copy_alone_finds_no_leak() {
         let t = passes(&c);
         assert!(t.per_path.keys().all(|(p, _)| *p == PathKind::ZeroCopySync), "{:?}", t.per_path);
     }
+}
+
+/// The replay line a failure prints is a command that runs, through the command line, exactly the operation
+/// that failed: every option that shapes the draw (non-default ones here) survives the trip.
+#[test]
+fn the_printed_replay_command_runs_the_same_operation() {
+    let mut c = faults(config(0x5eed_cafe, Instance::TRN1_2XLARGE, Engines::Inline, 100), 0.5);
+    c.paths = vec![PathKind::ClassicSync, PathKind::Async, PathKind::Memset, PathKind::ZeroCopySync];
+    c.ordering = Ordering::Relaxed;
+    c.big_rate = 0.02;
+    let ctx = DrawContext {
+        seed: c.seed,
+        paths: c.paths.clone(),
+        devices: 1,
+        ncs: 2,
+        faults: c.faults,
+        fault_rate: c.fault_rate,
+        fault_kinds: campaign::fault_kinds(&c, true),
+        big_rate: c.big_rate,
+        async_zerocopy: false,
+    };
+    let mut faulted = 0;
+    for k in [0u64, 1, 2, 3, 5, 8, 13, 21] {
+        let spec = OpSpec::draw(&ctx, k);
+        faulted += usize::from(spec.fault.is_some());
+        let line = replay::command(&c, k);
+        let mut args: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(args.remove(0), "ndma", "{line}");
+        args.extend(["--json", "-"]);
+        let o = ndma(&args);
+        assert!(o.status.success(), "{line}: {o:?}");
+        let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+        assert_eq!((v["replay"].as_u64(), v["operations"].as_u64()), (Some(k), Some(1)), "{line}");
+        let ran = &v["slowest"];
+        assert_eq!(ran["path"].as_str(), Some(spec.path.name()), "{line}");
+        assert_eq!(ran["dir"].as_str(), Some(spec.dir.name()), "{line}");
+        assert_eq!(ran["size"].as_u64(), Some(spec.bytes()), "{line}");
+        assert_eq!(ran["fault"].as_str(), spec.fault.map(|f| f.describe()).as_deref(), "{line}");
+        assert_eq!((v["ordering"].as_str(), v["big_rate"].as_f64()), (Some("relaxed"), Some(0.02)), "{line}");
+    }
+    assert!(faulted > 0, "some of the operations replayed carry a fault");
 }
 
 /// The checker finds what it is there to find: a byte never written, a block shifted within the source, a
