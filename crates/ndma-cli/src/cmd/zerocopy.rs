@@ -184,7 +184,8 @@ fn transfer(
         } else {
             String::new()
         };
-        format!("{} zero-copy request {} of {} ({pieces} pieces{note})", a.dir.name(), r + 1, requests.len())
+        let noun = if pieces == 1 { "piece" } else { "pieces" };
+        format!("{} zero-copy request {} of {} ({pieces} {noun}{note})", a.dir.name(), r + 1, requests.len())
     };
     if !a.is_async {
         let t0 = Instant::now();
