@@ -227,12 +227,10 @@ impl EmuDevice {
         self.engine(eng).ok().and_then(|e| lock(&e.regs).pairs.get(qid as usize).map(&f)).unwrap_or(false)
     }
 
-    /// Descriptors handed to the ring `dir` of (`eng`, `qid`) and not yet executed.
+    /// Descriptors handed to the ring `dir` of (`eng`, `qid`) and not yet executed. Waits for a batch the
+    /// engine is executing to retire: a caller that has seen its marker then finds it over.
     pub fn pending(&self, eng: u32, qid: u32, dir: Direction) -> u32 {
-        self.engine(eng)
-            .ok()
-            .and_then(|e| lock(&e.regs).queues.get(qid as usize).map(|q| q[dir.index()].pending))
-            .unwrap_or(0)
+        self.engine(eng).map_or(0, |e| e.pending(qid as usize, dir))
     }
 
     /// Posted (not yet landed) HBM writes on engine `eng`, after merging contiguous ones.

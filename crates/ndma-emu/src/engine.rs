@@ -887,6 +887,15 @@ impl Engine {
     pub(crate) fn posted_len(&self) -> usize {
         lock(&self.exec).posted.len()
     }
+
+    /// Descriptors handed to ring `dir` of queue pair `qid` and not yet executed. A batch in progress is
+    /// waited for: its writes (its marker among them) can be visible before it retires, and a caller that saw
+    /// them must find the batch over.
+    pub(crate) fn pending(&self, qid: usize, dir: Direction) -> u32 {
+        // A batch holds the exec lock from its fetch to its retire (exec before regs, as `step` takes them).
+        let _exec = lock(&self.exec);
+        lock(&self.regs).queues.get(qid).map_or(0, |q| q[dir.index()].pending)
+    }
 }
 
 impl EngineRegs {

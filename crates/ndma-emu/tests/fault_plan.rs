@@ -86,6 +86,27 @@ fn bandwidth_limit_throttles_copies() {
     }
 }
 
+/// A batch's marker can land before the engine retires the batch (here a bandwidth limit holds the engine
+/// 200 ms after each write, the marker's included): a caller that saw the marker and asks what is pending —
+/// a leak check — must not find that batch still counted. `pending` waits for a batch in progress to retire.
+#[test]
+fn pending_does_not_count_the_batch_whose_marker_landed() {
+    let mut rig = Rig::new(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed);
+    let (_src, s, d) = small_copy(&mut rig, 4);
+    // 4 bytes at 20 B/s: 200 ms per copy, charged after it lands.
+    rig.dev.fault_plan().add(PlannedFault::Bandwidth { engine: Some(rig.eng), bytes_per_sec: 20 });
+    let n = rig.stage(s, d, 4, Barrier::WriteBarrier) + 1;
+    rig.stage_marker();
+    rig.q.copy_start(&*rig.dev, n, n).unwrap();
+    assert!(poll(|| rig.marker_landed()));
+    let pending = (rig.dev.pending(rig.eng, 0, Direction::Tx), rig.dev.pending(rig.eng, 0, Direction::Rx));
+    assert_eq!(pending, (0, 0), "the marker's batch is over once its marker is seen");
+    rig.q.ack(n);
+    let mut got = [0u8; 4];
+    rig.dev.hbm_read(d, &mut got).unwrap();
+    assert_eq!(got, [0x3c; 4]);
+}
+
 fn corrupt_run(seed: u64, exec: ExecPolicy) -> (Vec<ndma_emu::CorruptionReport>, Vec<ndma_emu::DmaFault>) {
     let cfg = ndma_emu::EmuConfig { seed, ..config(Arch::V3, exec, OrderingMode::Relaxed) };
     let mut rig = Rig::with(cfg, 129, 1, 64);
