@@ -206,13 +206,14 @@ impl EmuDevice {
             .ok_or(EmuError::NoSuchEngine { engine: eng, num_engines: self.arch.num_engines() })
     }
 
-    /// Counters of engine `eng`.
+    /// Counters of engine `eng`, as of its last retired batch: a batch in progress is waited for, so a caller
+    /// that has seen its marker finds its work counted.
     ///
     /// # Errors
     ///
     /// [`EmuError::NoSuchEngine`].
     pub fn engine_stats(&self, eng: u32) -> Result<EngineStats, EmuError> {
-        Ok(self.engine(eng)?.stats.snapshot())
+        Ok(self.engine(eng)?.stats_snapshot())
     }
 
     /// True while queue pair (`eng`, `qid`) is halted by a fault (until `RST_Q`).

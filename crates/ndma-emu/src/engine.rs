@@ -40,7 +40,7 @@ use crate::footprint::Footprint;
 use crate::handoff::WorkerSignal;
 use crate::lock::lock;
 use crate::ordering::{OrderingMode, PostedWrites};
-use crate::stats::EngineCounters;
+use crate::stats::{EngineCounters, EngineStats};
 use crate::system::ExecPolicy;
 use crate::trace::{EngineEvent, EngineEventKind};
 
@@ -886,6 +886,13 @@ impl Engine {
     /// Posted writes waiting on this engine.
     pub(crate) fn posted_len(&self) -> usize {
         lock(&self.exec).posted.len()
+    }
+
+    /// The engine's counters once a batch in progress has retired (a batch counts its work before it releases
+    /// the exec lock).
+    pub(crate) fn stats_snapshot(&self) -> EngineStats {
+        let _exec = lock(&self.exec);
+        self.stats.snapshot()
     }
 
     /// Descriptors handed to ring `dir` of queue pair `qid` and not yet executed. A batch in progress is

@@ -88,13 +88,22 @@ fn bandwidth_limit_throttles_copies() {
 
 /// A batch's marker can land before the engine retires the batch (here a bandwidth limit holds the engine
 /// 200 ms after each write, the marker's included): a caller that saw the marker and asks what is pending —
-/// a leak check — must not find that batch still counted. `pending` waits for a batch in progress to retire.
+/// a leak check — must not find that batch still pending, nor its work missing from the engine's counters
+/// (a fault check compares them). Both wait for a batch in progress to retire.
 #[test]
-fn pending_does_not_count_the_batch_whose_marker_landed() {
+fn a_batch_whose_marker_landed_is_neither_pending_nor_uncounted() {
     let mut rig = Rig::new(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed);
     let (_src, s, d) = small_copy(&mut rig, 4);
     // 4 bytes at 20 B/s: 200 ms per copy, charged after it lands.
     rig.dev.fault_plan().add(PlannedFault::Bandwidth { engine: Some(rig.eng), bytes_per_sec: 20 });
+    let n = rig.stage(s, d, 4, Barrier::WriteBarrier) + 1;
+    rig.stage_marker();
+    rig.q.copy_start(&*rig.dev, n, n).unwrap();
+    assert!(poll(|| rig.marker_landed()));
+    // Each read alone waits for the batch: the counters first, then (after a second batch) the pending count.
+    let st = rig.dev.engine_stats(rig.eng).unwrap();
+    assert_eq!((st.descriptors, st.bytes, st.copies), (u64::from(n), 8, 2), "the marker's batch is counted");
+    rig.q.ack(n);
     let n = rig.stage(s, d, 4, Barrier::WriteBarrier) + 1;
     rig.stage_marker();
     rig.q.copy_start(&*rig.dev, n, n).unwrap();
