@@ -206,14 +206,14 @@ impl EmuDevice {
             .ok_or(EmuError::NoSuchEngine { engine: eng, num_engines: self.arch.num_engines() })
     }
 
-    /// Counters of engine `eng`, as of its last retired batch: a batch in progress is waited for, so a caller
-    /// that has seen its marker finds its work counted.
+    /// Counters of engine `eng`. A batch in progress is waited for, so a caller that has seen its marker finds
+    /// its work counted.
     ///
     /// # Errors
     ///
     /// [`EmuError::NoSuchEngine`].
     pub fn engine_stats(&self, eng: u32) -> Result<EngineStats, EmuError> {
-        Ok(self.engine(eng)?.stats_snapshot())
+        Ok(self.engine(eng)?.stats_snapshot(&self.core))
     }
 
     /// True while queue pair (`eng`, `qid`) is halted by a fault (until `RST_Q`).
@@ -229,9 +229,9 @@ impl EmuDevice {
     }
 
     /// Descriptors handed to the ring `dir` of (`eng`, `qid`) and not yet executed. Waits for a batch the
-    /// engine is executing to retire: a caller that has seen its marker then finds it over.
+    /// engine is executing to end: a caller that has seen its marker then finds it over.
     pub fn pending(&self, eng: u32, qid: u32, dir: Direction) -> u32 {
-        self.engine(eng).map_or(0, |e| e.pending(qid as usize, dir))
+        self.engine(eng).map_or(0, |e| e.pending(&self.core, qid as usize, dir))
     }
 
     /// Posted (not yet landed) HBM writes on engine `eng`, after merging contiguous ones.

@@ -23,6 +23,7 @@
 //! stores to the fetch.
 
 use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -118,6 +119,9 @@ pub(crate) struct Engine {
     pub(crate) stats: CacheAligned<EngineCounters>,
     /// Per queue pair: the last time the engine stopped on it or lost one of its writes (a leaf lock).
     stops: Mutex<[Option<QueueStop>; udma::DMA_MAX_Q as usize]>,
+    /// Batches claimed and not yet reported (one, or two while one executor reports and the next has
+    /// started): readers that must see the whole of a batch whose writes they saw wait for zero.
+    busy: AtomicU32,
 }
 
 /// Keeps a value on cache lines of its own (two lines: adjacent-line prefetch pairs them), so writes from
@@ -222,6 +226,7 @@ impl Engine {
             signal: WorkerSignal::new(),
             stats: CacheAligned(EngineCounters::default()),
             stops: Mutex::new([None; udma::DMA_MAX_Q as usize]),
+            busy: AtomicU32::new(0),
         }
     }
 
@@ -502,6 +507,9 @@ impl Engine {
             }
             Pick::Run(claim) => claim,
         };
+        // Relaxed: before any write of the batch in program order, so the Release store of its marker
+        // publishes it to whoever sees the marker.
+        self.busy.fetch_add(1, Ordering::Relaxed);
         let (end, more) = self.run_batch(dev, &mut exec, claim);
         drop(exec);
         self.report(dev, end);
@@ -625,6 +633,9 @@ impl Engine {
             c.outcome = fault.map_or(CorruptOutcome::Benign, CorruptOutcome::Fault);
             lock(&dev.corruptions).push(c);
         }
+        // Release: the batch's cursors, counters and records above are final for a reader whose Acquire load
+        // sees the count drop. Before the waiters are woken: a reader waiting for it is one of them.
+        self.busy.fetch_sub(1, Ordering::Release);
         dev.activity.waiters.notify();
     }
 
@@ -888,19 +899,31 @@ impl Engine {
         lock(&self.exec).posted.len()
     }
 
-    /// The engine's counters once a batch in progress has retired (a batch counts its work before it releases
-    /// the exec lock).
-    pub(crate) fn stats_snapshot(&self) -> EngineStats {
-        let _exec = lock(&self.exec);
+    /// Waits until no batch is being executed or reported. A batch's writes, its marker among them, land
+    /// before it retires and counts its work: a caller that saw them and then reads the engine's state waits
+    /// here to find the whole batch. It does not take the exec lock, which would make a worker that finds it
+    /// held leave the work to the reader.
+    fn wait_batches_over(&self, dev: &DeviceCore) {
+        // Acquire: pairs with the Release decrement at the end of a batch.
+        while self.busy.load(Ordering::Acquire) != 0 {
+            // Registered before the second look: the batch's end either shows in it or unparks us (`Waiters`).
+            let _waiting = dev.activity.waiters.register();
+            if self.busy.load(Ordering::Acquire) != 0 {
+                crate::sync::park_timeout(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// The engine's counters, the work of every batch whose writes the caller saw included.
+    pub(crate) fn stats_snapshot(&self, dev: &DeviceCore) -> EngineStats {
+        self.wait_batches_over(dev);
         self.stats.snapshot()
     }
 
-    /// Descriptors handed to ring `dir` of queue pair `qid` and not yet executed. A batch in progress is
-    /// waited for: its writes (its marker among them) can be visible before it retires, and a caller that saw
-    /// them must find the batch over.
-    pub(crate) fn pending(&self, qid: usize, dir: Direction) -> u32 {
-        // A batch holds the exec lock from its fetch to its retire (exec before regs, as `step` takes them).
-        let _exec = lock(&self.exec);
+    /// Descriptors handed to ring `dir` of queue pair `qid` and not yet executed; a batch whose writes the
+    /// caller saw counts as executed.
+    pub(crate) fn pending(&self, dev: &DeviceCore, qid: usize, dir: Direction) -> u32 {
+        self.wait_batches_over(dev);
         lock(&self.regs).queues.get(qid).map_or(0, |q| q[dir.index()].pending)
     }
 }
