@@ -23,7 +23,7 @@
 //! stores to the fetch.
 
 use std::ptr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -119,9 +119,9 @@ pub(crate) struct Engine {
     pub(crate) stats: CacheAligned<EngineCounters>,
     /// Per queue pair: the last time the engine stopped on it or lost one of its writes (a leaf lock).
     stops: Mutex<[Option<QueueStop>; udma::DMA_MAX_Q as usize]>,
-    /// Batches claimed and not yet reported (one, or two while one executor reports and the next has
-    /// started): readers that must see the whole of a batch whose writes they saw wait for zero.
-    busy: AtomicU32,
+    /// A batch is being executed (set and cleared under `exec`): readers that must see the whole of a batch
+    /// whose writes they saw wait for it to clear.
+    busy: AtomicBool,
 }
 
 /// Keeps a value on cache lines of its own (two lines: adjacent-line prefetch pairs them), so writes from
@@ -226,7 +226,7 @@ impl Engine {
             signal: WorkerSignal::new(),
             stats: CacheAligned(EngineCounters::default()),
             stops: Mutex::new([None; udma::DMA_MAX_Q as usize]),
-            busy: AtomicU32::new(0),
+            busy: AtomicBool::new(false),
         }
     }
 
@@ -494,8 +494,8 @@ impl Engine {
         lock(&dev.faults).push(f);
     }
 
-    /// Executes one batch of descriptor pairs of one runnable queue pair, holding `exec` (released before the
-    /// batch's faults are reported and waiters notified). Returns false when nothing is runnable.
+    /// Executes one batch of descriptor pairs of one runnable queue pair, holding `exec` (released before
+    /// waiters are notified). Returns false when nothing is runnable.
     fn step(&self, dev: &DeviceCore, mut exec: MutexGuard<'_, ExecState>) -> Step {
         let claim = match self.claim(dev) {
             Pick::Idle => return Step::Idle,
@@ -507,12 +507,16 @@ impl Engine {
             }
             Pick::Run(claim) => claim,
         };
-        // Relaxed: before any write of the batch in program order, so the Release store of its marker
-        // publishes it to whoever sees the marker.
-        self.busy.fetch_add(1, Ordering::Relaxed);
+        // Written only under `exec`, so a plain store. Relaxed: it comes before any write of the batch in
+        // program order, so the Release store of the batch's marker publishes it to whoever sees the marker.
+        self.busy.store(true, Ordering::Relaxed);
         let (end, more) = self.run_batch(dev, &mut exec, claim);
-        drop(exec);
         self.report(dev, end);
+        // Release: the batch's cursors, counters and records are final for a reader whose Acquire load sees
+        // it over. Before the waiters are woken: a reader waiting for it is one of them.
+        self.busy.store(false, Ordering::Release);
+        drop(exec);
+        dev.activity.waiters.notify();
         Step::Ran { more }
     }
 
@@ -620,8 +624,7 @@ impl Engine {
         r.any_runnable()
     }
 
-    /// After the exec lock is released: records the batch's fault and corruption, and wakes sleeping waiters
-    /// (the batch's last host write may be the marker one of them waits for).
+    /// Records the batch's fault and corruption (rare: the locks it takes are leaves, under `exec`).
     fn report(&self, dev: &DeviceCore, end: BatchEnd) {
         let BatchEnd { qid, tx, rx, fault, corruption, .. } = end;
         if let Some(kind) = fault {
@@ -633,10 +636,6 @@ impl Engine {
             c.outcome = fault.map_or(CorruptOutcome::Benign, CorruptOutcome::Fault);
             lock(&dev.corruptions).push(c);
         }
-        // Release: the batch's cursors, counters and records above are final for a reader whose Acquire load
-        // sees the count drop. Before the waiters are woken: a reader waiting for it is one of them.
-        self.busy.fetch_sub(1, Ordering::Release);
-        dev.activity.waiters.notify();
     }
 
     /// CPU pointer of a whole ring, when all of it decodes to memory (then a slot needs no decode of its own).
@@ -899,16 +898,16 @@ impl Engine {
         lock(&self.exec).posted.len()
     }
 
-    /// Waits until no batch is being executed or reported. A batch's writes, its marker among them, land
+    /// Waits until no batch is being executed. A batch's writes, its marker among them, land
     /// before it retires and counts its work: a caller that saw them and then reads the engine's state waits
     /// here to find the whole batch. It does not take the exec lock, which would make a worker that finds it
     /// held leave the work to the reader.
     fn wait_batches_over(&self, dev: &DeviceCore) {
-        // Acquire: pairs with the Release decrement at the end of a batch.
-        while self.busy.load(Ordering::Acquire) != 0 {
+        // Acquire: pairs with the Release store that ends a batch.
+        while self.busy.load(Ordering::Acquire) {
             // Registered before the second look: the batch's end either shows in it or unparks us (`Waiters`).
             let _waiting = dev.activity.waiters.register();
-            if self.busy.load(Ordering::Acquire) != 0 {
+            if self.busy.load(Ordering::Acquire) {
                 crate::sync::park_timeout(Duration::from_millis(1));
             }
         }
