@@ -806,18 +806,21 @@ impl Engine {
     /// waits on memory alone and fences its streaming stores on its own. Returns how many it landed (0 when
     /// fewer than two qualify: the caller lands the first on its own).
     fn land_group(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op]) -> usize {
-        let mut joins = |k: usize, op: &Op| {
+        // What the op alone says; whether it could observe a posted write is asked only once a group is
+        // possible (the first op lands on its own otherwise, and `land` asks then).
+        let may_join = |k: usize, op: &Op| {
             let alone = !op.dropped && !op.drain_before && !op.write_barrier;
             let merges = ops.get(k + 1).is_some_and(|next| Self::join(op, next).is_some());
-            alone && !merges && !dev.ordering.posts(&op.copy) && !exec.posted.conflicts(&op.copy)
+            alone && !merges && !dev.ordering.posts(&op.copy)
         };
-        // Most calls end here: a posted write (a host→HBM stream) or one that merges.
-        if ops.len() < 2 || !joins(0, &ops[0]) {
+        // Most calls end here: a posted write (a host→HBM stream), one that merges, or a marker followed by
+        // posted writes.
+        if ops.len() < 2 || !may_join(0, &ops[0]) || !may_join(1, &ops[1]) {
             return 0;
         }
         let mut copies = [ops[0].copy; bulk::LANES];
-        let mut n = 1;
-        while n < bulk::LANES && ops.get(n).is_some_and(|op| joins(n, op)) {
+        let mut n = 0;
+        while n < bulk::LANES && ops.get(n).is_some_and(|op| may_join(n, op) && !exec.posted.conflicts(&op.copy)) {
             copies[n] = ops[n].copy;
             n += 1;
         }
