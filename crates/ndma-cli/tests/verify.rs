@@ -141,17 +141,7 @@ fn large_sizes_at_the_batch_boundary() {
     let mut c = config(3, Instance::TRN1_2XLARGE, Engines::Inline, 4);
     c.paths = vec![PathKind::ClassicSync, PathKind::Async, PathKind::Memset];
     c.big_rate = 1.0;
-    let ctx = DrawContext {
-        seed: c.seed,
-        paths: c.paths.clone(),
-        devices: 1,
-        ncs: 2,
-        faults: c.faults,
-        fault_rate: c.fault_rate,
-        fault_kinds: Vec::new(),
-        big_rate: c.big_rate,
-        async_zerocopy: false,
-    };
+    let ctx = trn1_draws(&c);
     let past_the_boundary = (0..4).map(|k| OpSpec::draw(&ctx, k)).any(|s| {
         s.path == PathKind::ClassicSync
             && s.bytes() > ndma::MAX_BATCH_BYTES
@@ -162,20 +152,16 @@ fn large_sizes_at_the_batch_boundary() {
     assert!(t.bytes > 2 * ndma::MAX_BATCH_BYTES, "{}", t.bytes);
 }
 
+/// The draws of `c` on trn1.2xlarge, as the campaign makes them: one device of two NCs, V2 (the reset-window
+/// retry, no async zero-copy).
+fn trn1_draws(c: &Config) -> DrawContext {
+    campaign::draw_context(c, 1, 2, true, false)
+}
+
 #[test]
 fn a_replay_runs_exactly_the_operation_drawn() {
     let c = faults(config(0xfa17, Instance::TRN1_2XLARGE, Engines::Inline, 1), 0.35);
-    let ctx = DrawContext {
-        seed: c.seed,
-        paths: c.paths.clone(),
-        devices: 1,
-        ncs: 2,
-        faults: c.faults,
-        fault_rate: c.fault_rate,
-        fault_kinds: campaign::fault_kinds(&c, true),
-        big_rate: c.big_rate,
-        async_zerocopy: false,
-    };
+    let ctx = trn1_draws(&c);
     let k =
         (0..1000).find(|&k| OpSpec::draw(&ctx, k).fault.is_some_and(|f| f.kind == FaultKind::Hang)).expect("a hang");
     let spec = OpSpec::draw(&ctx, k);
@@ -208,17 +194,7 @@ fn the_printed_replay_command_runs_the_same_operation() {
     c.paths = vec![PathKind::ClassicSync, PathKind::Async, PathKind::Memset, PathKind::ZeroCopySync];
     c.ordering = Ordering::Relaxed;
     c.big_rate = 0.02;
-    let ctx = DrawContext {
-        seed: c.seed,
-        paths: c.paths.clone(),
-        devices: 1,
-        ncs: 2,
-        faults: c.faults,
-        fault_rate: c.fault_rate,
-        fault_kinds: campaign::fault_kinds(&c, true),
-        big_rate: c.big_rate,
-        async_zerocopy: false,
-    };
+    let ctx = trn1_draws(&c);
     let mut faulted = 0;
     for k in [0u64, 1, 2, 3, 5, 8, 13, 21] {
         let spec = OpSpec::draw(&ctx, k);

@@ -87,21 +87,12 @@ pub fn run(cfg: &Config, which: Selection) -> CliResult<Tally> {
     let base = Baseline::take(&tb);
     let arch = tb.system.arch();
     let ncs = arch.ncs_per_device();
-    let ctx = DrawContext {
-        seed: cfg.seed,
-        paths: cfg.paths.clone(),
-        devices: tb.system.devices().len() as u32,
-        ncs,
-        faults: cfg.faults,
-        fault_rate: cfg.fault_rate,
-        fault_kinds: fault_kinds(cfg, ndma::dhal(arch).retry_memcpy()),
-        big_rate: cfg.big_rate,
-        async_zerocopy: {
-            let (dev, emu) = tb.device(0);
-            super::path::zerocopy_async_supported(Bed { dev, emu }, 0)
-        },
+    let async_zerocopy = {
+        let (dev, emu) = tb.device(0);
+        super::path::zerocopy_async_supported(Bed { dev, emu }, 0)
     };
     let devices = tb.system.devices().len();
+    let ctx = draw_context(cfg, devices as u32, ncs, ndma::dhal(arch).retry_memcpy(), async_zerocopy);
     let bound = match which {
         Selection::All => cfg.bound,
         Selection::One(_) => Bound::Count(1),
@@ -151,6 +142,22 @@ pub fn run(cfg: &Config, which: Selection) -> CliResult<Tally> {
     run.progress.finish();
     end_checks(cfg, &tb, &base, &mut tally);
     Ok(tally)
+}
+
+/// What operations of `cfg` are drawn from on an instance of `devices` devices with `ncs` NeuronCores each,
+/// whose arch has the reset-window retry (`retry_arch`) and takes async zero-copy requests or not.
+pub fn draw_context(cfg: &Config, devices: u32, ncs: u32, retry_arch: bool, async_zerocopy: bool) -> DrawContext {
+    DrawContext {
+        seed: cfg.seed,
+        paths: cfg.paths.clone(),
+        devices,
+        ncs,
+        faults: cfg.faults,
+        fault_rate: cfg.fault_rate,
+        fault_kinds: fault_kinds(cfg, retry_arch),
+        big_rate: cfg.big_rate,
+        async_zerocopy,
+    }
 }
 
 /// The fault kinds `cfg` draws from: every kind under silicon budgets, those that need no timeout under
