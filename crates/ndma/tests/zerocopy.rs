@@ -40,6 +40,11 @@ impl Zc {
         self.tb.emu.device(0)
     }
 
+    /// NC 0's completion queue, mapped as a consumer maps it.
+    fn cq(&self) -> CqConsumer {
+        CqConsumer::new(&self.dev().completion_queue(0).unwrap()).unwrap()
+    }
+
     /// Maps `pages` user pages with `placement`; returns the first address.
     fn map(&self, pages: usize, placement: Placement) -> u64 {
         self.mm.map(&MapSpec::new(pages, placement)).expect("map")
@@ -358,7 +363,7 @@ fn take(cq: &CqConsumer, n: usize) -> Vec<CqEntry> {
 fn async_requests_complete_exactly_once_in_order_with_their_results() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
     let (dev, emu) = (z.dev(), z.emu());
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     assert_eq!(cq.header().capacity, 1024);
     let n = 40u64;
     let size = 300_000u64;
@@ -407,7 +412,7 @@ fn async_requests_complete_exactly_once_in_order_with_their_results() {
 fn pieces_already_over_are_retired_in_one_pass() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
     let (dev, emu) = (z.dev(), z.emu());
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     let size = 2 << 20;
     let va = z.map((size / PAGE) as usize, Placement::Runs { k: 16, seed: 5 });
     let data = pattern(31, 0, size as usize);
@@ -430,7 +435,7 @@ fn an_async_hang_fails_its_request_and_the_next_ones_complete() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
     let dev = z.dev();
     let (eng, qid) = dev.h2t_queue(0).unwrap();
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     let va = z.map(32, Placement::Scattered { seed: 4 });
     z.mm.fill(va, 32 * PAGE, 0x5a).unwrap();
     let mc = alloc(dev, false, 32 * PAGE, 0).unwrap();
@@ -455,7 +460,7 @@ fn an_async_hang_fails_its_request_and_the_next_ones_complete() {
 fn deferred_pieces_of_an_exited_process_complete_with_an_error_and_free_their_pins() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
     let dev = z.dev();
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     // No pin budget: every async piece is queued unpinned, holding the captured address space.
     dev.set_zerocopy_pin_budget(0);
     let va = z.map(256, Placement::Contiguous);
@@ -483,7 +488,7 @@ fn deferred_pieces_of_an_exited_process_complete_with_an_error_and_free_their_pi
 fn requests_already_over_complete_in_order_behind_those_in_flight() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
     let (dev, emu) = (z.dev(), z.emu());
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     // No pin budget: the first request stays queued, unpinned, until the budget is raised.
     dev.set_zerocopy_pin_budget(0);
     let va = z.map(16, Placement::Scattered { seed: 9 });
@@ -520,7 +525,7 @@ fn requests_already_over_complete_in_order_behind_those_in_flight() {
 fn a_request_already_over_is_refused_by_the_gates_and_by_a_full_queue() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
     let dev = z.dev();
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     assert_eq!(dev.zerocopy_submit_completed(0, 1, 1, 0, 0), Err(NdmaError::NotOwner { nc: 0, qid: 1 }));
     assert_eq!(dev.zerocopy_submit_completed(99, -1, 1, 0, 0), Err(NdmaError::NotOwner { nc: 99, qid: -1 }));
     dev.set_zerocopy_pin_budget(0);
@@ -556,7 +561,7 @@ fn a_request_already_over_is_refused_by_the_gates_and_by_a_full_queue() {
 fn the_pin_budget_holds_and_deferred_pieces_are_pinned_remotely() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
     let dev = z.dev();
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     dev.set_zerocopy_pin_budget(128);
     let va = z.map(1024, Placement::Scattered { seed: 12 });
     z.mm.write(va, &pattern(21, 0, 1024 * PAGE as usize)).unwrap();
@@ -690,7 +695,7 @@ fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
 fn a_deferred_piece_in_a_pre_pinned_range_takes_a_reference_instead_of_a_remote_pin() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
     let dev = z.dev();
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     let pages = 100;
     let len = pages as u64 * PAGE;
     let va = z.map(pages, Placement::Scattered { seed: 6 });
@@ -743,7 +748,7 @@ fn a_sync_hang_times_out_after_exactly_the_async_budget() {
 fn async_zero_copy_and_classic_copies_share_a_ring() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
     let (dev, emu) = (z.dev(), z.emu());
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let cq = z.cq();
     let va = z.map(64, Placement::Scattered { seed: 8 });
     z.mm.write(va, &pattern(5, 0, 64 * PAGE as usize)).unwrap();
     let zc_mc: Arc<MemChunk> = alloc(dev, false, 64 * PAGE, 0).unwrap();
