@@ -533,6 +533,7 @@ impl Engine {
         let plan_active = dev.plan.is_active();
         let hang = if dev.resets.hangs(self.id, qid as u32) {
             tracing::debug!(engine = self.id, qid, "V2 queue hung: doorbell during a NeuronCore reset");
+            EngineCounters::add(&self.stats.reset_hangs, 1);
             Some(HangCause::ResetWindow)
         } else if plan_active && dev.plan.take_hang(self.id, qid as u32) {
             tracing::debug!(engine = self.id, qid, "queue hung by the fault plan");

@@ -31,6 +31,9 @@ pub struct EngineStats {
     /// threads do not execute work (`EmuPlatform::set_assist`). Counted before `worker_runs`, so a snapshot
     /// that sees a run also sees whether it spun.
     pub worker_spins: u64,
+    /// Times work reached a queue while a reset of the NeuronCore owning it was in progress, and the queue
+    /// hung instead of running it (the V2 bug; see [`crate::EmuDevice::reset_nc`]).
+    pub reset_hangs: u64,
 }
 
 impl EngineStats {
@@ -48,6 +51,7 @@ impl EngineStats {
             throttled_ns: self.throttled_ns.wrapping_sub(earlier.throttled_ns),
             worker_runs: self.worker_runs.wrapping_sub(earlier.worker_runs),
             worker_spins: self.worker_spins.wrapping_sub(earlier.worker_spins),
+            reset_hangs: self.reset_hangs.wrapping_sub(earlier.reset_hangs),
         }
     }
 }
@@ -68,6 +72,7 @@ pub(crate) struct EngineCounters {
     /// Written by the worker thread only (program order: `worker_spins`, then `worker_runs` with Release).
     pub(crate) worker_runs: AtomicU64,
     pub(crate) worker_spins: AtomicU64,
+    pub(crate) reset_hangs: AtomicU64,
 }
 
 impl EngineCounters {
@@ -111,6 +116,7 @@ impl EngineCounters {
             drains: get(&self.drains),
             delayed_us: get(&self.delayed_us),
             throttled_ns: get(&self.throttled_ns),
+            reset_hangs: get(&self.reset_hangs),
         }
     }
 }

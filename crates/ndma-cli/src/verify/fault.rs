@@ -283,7 +283,12 @@ impl Armed {
                         >= u128::from(engine.bytes) * 1_000_000_000 / u128::from(self.spec.param.max(1)),
                 "the engine did not throttle its copies",
             ),
-            FaultKind::ResetWindow if v2 => (retries > 0, "no reset-window retry on V2"),
+            // Met when the queue hung in the window; it then must have been replayed. Work that reached the
+            // engine only after the window (the thread descheduled meanwhile) met no fault.
+            FaultKind::ResetWindow if v2 => {
+                let hung = engine.reset_hangs > 0;
+                (hung && retries > 0, if hung { "the queue hung in the reset window and was not replayed" } else { "" })
+            }
             FaultKind::ResetWindow => (self.reset_in_progress, "the reset was over before the operation"),
             // Judged by the caller, which has the user buffer and the outcome.
             FaultKind::Hole | FaultKind::PinFail | FaultKind::ShortPin => (true, ""),
@@ -291,7 +296,8 @@ impl Armed {
         if self.spec.kind == FaultKind::ResetWindow {
             wait_reset_over(bed, self.nc);
         }
-        let missed = (!hit).then(|| format!("{}: {why}", self.spec.describe()));
+        // An empty reason: the fault never applied, which is no miss of the op layer's.
+        let missed = (!hit && !why.is_empty()).then(|| format!("{}: {why}", self.spec.describe()));
         Observed { hit, missed, corruption, device_faults: bed.emu.take_faults(), reset_outlasted_op }
     }
 }
