@@ -1,6 +1,6 @@
 //! Command-line definition and dispatch.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Args, Parser, Subcommand};
@@ -10,7 +10,7 @@ use ndma_emu::{ExecPolicy, Testbed, TestbedConfig, WaitTiming};
 
 use crate::cmd;
 use crate::error::{CliError, CliResult};
-use crate::util::output::JsonArg;
+use crate::util::output::{check_writable, JsonArg};
 use crate::util::size::size_arg;
 use crate::util::user::{layout_arg, Layout, UserDir};
 
@@ -138,6 +138,29 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print ndma's man page (roff) to stdout, or write one page per command into a directory.
     Man(ManArgs),
+}
+
+impl Command {
+    /// The files the command writes its results to (`--json FILE`, `--plot`, `trace --out`).
+    pub fn output_files(&self) -> Vec<&Path> {
+        let json = match self {
+            Command::Demo(a) => &a.json,
+            Command::Inspect(a) => &a.json,
+            Command::Copy(a) => &a.json,
+            Command::Memset(a) => &a.json,
+            Command::Bench(a) => &a.json,
+            Command::Faults(a) => &a.json,
+            Command::Zerocopy(a) => &a.json,
+            Command::Verify(a) => &a.json,
+            Command::Trace(a) => return vec![a.out.as_path()],
+            Command::Completions(_) | Command::Man(_) => return Vec::new(),
+        };
+        let plot = match self {
+            Command::Bench(a) => a.plot.as_deref(),
+            _ => None,
+        };
+        json.file().into_iter().chain(plot).collect()
+    }
 }
 
 /// `ndma demo`.
@@ -415,6 +438,8 @@ pub fn instance_by_name(name: &str) -> CliResult<Instance> {
 /// The command's failure.
 pub fn run(cli: Cli) -> CliResult {
     let command = cli.command.unwrap_or(Command::Demo(DemoArgs::default()));
+    // Before any work: a bench or a campaign must not run for minutes and then fail to write its results.
+    command.output_files().into_iter().try_for_each(check_writable)?;
     let instance = cli.instance.as_deref().unwrap_or(DEFAULT_INSTANCE);
     // `verify` takes `--instance all` and chooses its own budgets.
     if let Command::Verify(a) = &command {

@@ -231,6 +231,24 @@ fn exit_codes_per_failure_class() {
     assert!(text(&o.stderr).contains("/nonexistent-ndma-dir/x.json"), "{}", text(&o.stderr));
 }
 
+/// A file a command cannot write is refused before any work: no report, exit 5 naming the file.
+#[test]
+fn an_unwritable_output_file_fails_before_the_run() {
+    for args in [
+        &["bench", "--quick", "--json", "/nonexistent-ndma-dir/b.json"][..],
+        &["bench", "--quick", "--plot", "/nonexistent-ndma-dir/b.svg"],
+        &["verify", "--count", "20", "--json", "/nonexistent-ndma-dir/v.json"],
+        &["trace", "--size", "4K", "--out", "/nonexistent-ndma-dir/t.json"],
+        &["copy", "--dir", "h2d", "--size", "4K", "--json", "/nonexistent-ndma-dir/c.json"],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(5), "ndma {args:?}: {}", text(&o.stderr));
+        let file = args.last().expect("path");
+        assert!(text(&o.stderr).contains(&format!("cannot write {file}: ")), "ndma {args:?}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "", "ndma {args:?} ran before refusing its output file");
+    }
+}
+
 /// Verification failures (3) and device errors (4) need a broken device, which no command line makes: the
 /// CLI's own checks, run on a real window, produce the errors whose class `main` exits with.
 #[test]

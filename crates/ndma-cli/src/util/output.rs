@@ -3,8 +3,9 @@
 //! JSON whatever the command; diagnostics stay on stderr either way.
 
 use std::fmt::Display;
+use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde::Serialize;
@@ -24,6 +25,11 @@ impl JsonArg {
     /// Is the JSON going to stdout (so the human report must stay off it)?
     pub fn to_stdout(&self) -> bool {
         self.json.as_ref().is_some_and(|p| p.as_os_str() == "-")
+    }
+
+    /// The file the JSON goes to, if it goes to a file.
+    pub fn file(&self) -> Option<&Path> {
+        self.json.as_deref().filter(|_| !self.to_stdout())
     }
 
     /// The human report's sink for this run.
@@ -49,6 +55,28 @@ impl JsonArg {
             Ok(Some(path.clone()))
         }
     }
+}
+
+/// Fails now when `path` cannot be written, so that a run of minutes does not end in "cannot write" with its
+/// results lost. The file is opened for writing without truncating it (an existing file keeps its content
+/// until the run writes it); one this check created is removed again.
+///
+/// # Errors
+///
+/// [`CliError::Io`] naming the file when it cannot be opened for writing.
+pub fn check_writable(path: &Path) -> CliResult {
+    let existed = path.exists();
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))?;
+    if !existed {
+        // Best effort: the run writes the file again at its end.
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// The human report: lines on stdout, or nowhere when stdout carries the JSON.
@@ -107,6 +135,29 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
         assert_eq!(v, serde_json::json!({"command": "x", "n": 3}));
+    }
+
+    #[test]
+    fn the_up_front_check_names_an_unwritable_file_and_leaves_no_file_behind() {
+        let bad = Path::new("/nonexistent-dir/ndma.json");
+        assert!(
+            matches!(check_writable(bad), Err(CliError::Io(m)) if m.starts_with("cannot write /nonexistent-dir/ndma.json: "))
+        );
+        let fresh = std::env::temp_dir().join(format!("ndma-check-test-{}.json", std::process::id()));
+        assert_eq!(check_writable(&fresh).ok(), Some(()));
+        assert!(!fresh.exists(), "the check must not leave a file it created");
+        std::fs::write(&fresh, "kept").expect("write");
+        assert_eq!(check_writable(&fresh).ok(), Some(()));
+        let kept = std::fs::read_to_string(&fresh).expect("read");
+        let _ = std::fs::remove_file(&fresh);
+        assert_eq!(kept, "kept", "an existing file keeps its content until the run writes it");
+    }
+
+    #[test]
+    fn the_json_file_is_none_for_stdout_and_without_json() {
+        assert_eq!(JsonArg { json: Some("-".into()) }.file(), None);
+        assert_eq!(JsonArg::default().file(), None);
+        assert_eq!(JsonArg { json: Some("a.json".into()) }.file(), Some(Path::new("a.json")));
     }
 
     #[test]
