@@ -519,6 +519,83 @@ fn requests_already_over_complete_in_order_behind_those_in_flight() {
     z.assert_no_leaks("requests already over");
 }
 
+/// Sequence numbers are the submitter's and need not be unique: a refused request drains only its own
+/// pieces, never those of an accepted request that carries the same number (which still completes exactly
+/// once). The refusal here is a full context queue in the middle of the second request.
+#[test]
+fn a_refused_request_does_not_drain_an_accepted_one_with_the_same_sequence_number() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = z.cq();
+    // No pin budget: every piece stays queued, unpinned, until the budget is raised.
+    dev.set_zerocopy_pin_budget(0);
+    let va = z.map(4, Placement::Scattered { seed: 12 });
+    let data = pattern(43, 0, 4 * PAGE as usize);
+    z.mm.write(va, &data).unwrap();
+    let mc = alloc(dev, false, 4 * PAGE, 0).unwrap();
+    write_chunk(emu, &mc, 0, &vec![DST_FILL; 4 * PAGE as usize]).unwrap();
+    // Request A (sequence 5): two pieces, one op per page.
+    let page = |k: u64| BatchOp { offset: k * PAGE, size: PAGE, buffer: va + k * PAGE };
+    dev.zerocopy_submit(0, &[page(0), page(1)], &mc, 0, -1, true, 5, 50).unwrap();
+    // Fill the queue but one slot: 1023 usable, A holds two.
+    let tiny = BatchOp { offset: 3 * PAGE, size: 64, buffer: va + 3 * PAGE };
+    for seq in 100..1120u64 {
+        dev.zerocopy_submit(0, &[tiny], &mc, 0, -1, true, seq, 0).unwrap();
+    }
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 1022);
+    // Request B, also sequence 5: its first piece takes the last slot, its second finds the queue full.
+    let r = dev.zerocopy_submit(0, &[page(2), page(2)], &mc, 0, -1, true, 5, 51);
+    assert_eq!(r, Err(NdmaError::QueueFull { nc: 0 }));
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 1022, "B's queued piece is drained, A's two are not");
+    dev.set_zerocopy_pin_budget(1 << 20);
+    let got = take(&cq, 1021);
+    assert_eq!(got[0], CqEntry { sequence_num: 5, compl_ret: 0, context: 50 }, "A completes");
+    assert!(got[1..]
+        .iter()
+        .zip(100u64..)
+        .all(|(e, seq)| *e == CqEntry { sequence_num: seq, compl_ret: 0, context: 0 }));
+    assert_eq!(cq.pop(), None, "the refused request posts nothing");
+    let back = read_vec(emu, &mc, 0, 4 * PAGE).unwrap();
+    assert!(back[..2 * PAGE as usize] == data[..2 * PAGE as usize], "A's pages landed");
+    assert!(back[2 * PAGE as usize..3 * PAGE as usize].iter().all(|&b| b == DST_FILL), "B moved nothing");
+    z.assert_no_leaks("duplicate sequence numbers");
+}
+
+/// The same in the completion thread: a request whose deferred pin fails completes with the error and drains
+/// its own pieces only; an accepted request with the same sequence number, pinned just before it, completes.
+#[test]
+fn a_failed_pin_in_the_completion_thread_drains_only_its_own_request() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = z.cq();
+    dev.set_zerocopy_pin_budget(0);
+    // Pages 0 and 1 mapped, page 2 a hole.
+    let va = z.mm.map(&MapSpec::new(3, Placement::Scattered { seed: 13 }).holes([2])).unwrap();
+    let data = pattern(44, 0, 2 * PAGE as usize);
+    z.mm.write(va, &data).unwrap();
+    let mc = alloc(dev, false, 3 * PAGE, 0).unwrap();
+    write_chunk(emu, &mc, 0, &vec![DST_FILL; 3 * PAGE as usize]).unwrap();
+    let page = |k: u64| BatchOp { offset: k * PAGE, size: PAGE, buffer: va + k * PAGE };
+    dev.zerocopy_submit(0, &[page(0), page(1)], &mc, 0, -1, true, 5, 50).unwrap();
+    dev.zerocopy_submit(0, &[page(2)], &mc, 0, -1, true, 5, 51).unwrap();
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 3, "every piece deferred");
+    // The thread pins A's two pieces, then fails B's at the hole, in one pass.
+    dev.set_zerocopy_pin_budget(1 << 20);
+    let got = take(&cq, 2);
+    assert_eq!(
+        got,
+        [
+            CqEntry { sequence_num: 5, compl_ret: 0, context: 50 },
+            CqEntry { sequence_num: 5, compl_ret: -14, context: 51 }
+        ]
+    );
+    assert_eq!(cq.pop(), None);
+    let back = read_vec(emu, &mc, 0, 3 * PAGE).unwrap();
+    assert!(back[..2 * PAGE as usize] == data[..], "A's pages landed");
+    assert!(back[2 * PAGE as usize..].iter().all(|&b| b == DST_FILL), "B moved nothing");
+    z.assert_no_leaks("a failed pin beside the same sequence number");
+}
+
 /// `submit_completed` has the async gates of a submit (owner, V2) and, like every async request, never waits
 /// for room: a full context queue refuses it, and refuses an async request with nothing to move, with -EBUSY.
 #[test]

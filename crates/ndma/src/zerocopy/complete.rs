@@ -160,9 +160,9 @@ impl RingGuard<'_> {
     /// The failure of a synchronous (sequence 0) piece.
     pub(crate) fn zc_retire_one(&mut self) -> Result<bool> {
         let Some(i) = self.zq().pop_submitted() else { return Ok(false) };
-        let (state, seq, last, context, compl_ret) = {
+        let (state, seq, request, last, context, compl_ret) = {
             let c = self.zq().entry(i);
-            (c.state, c.sequence_num, c.last, c.context, c.compl_ret)
+            (c.state, c.sequence_num, c.request, c.last, c.context, c.compl_ret)
         };
         let result = if state == ZcState::Completed {
             match self.zq().entry_mut(i).failure.take() {
@@ -194,22 +194,22 @@ impl RingGuard<'_> {
                 }
                 self.zc_post(seq, i64::from(e.errno()), context);
                 // A piece that failed in place was fenced then; a failed wait re-initialised the ring.
-                self.zc_drain_sequence(seq, None, false);
+                self.zc_drain_request(request, None, false);
                 Ok(true)
             }
         }
     }
 
-    /// `ndma_ctx_queue_drain_sequence` with waits: tombstones every context of `seq`, waiting first for its
+    /// `ndma_ctx_queue_drain_sequence` with waits: tombstones every context of `request`, waiting first for its
     /// submitted ones and then, when the request wrote device memory (`fence`, or a waited piece did), for a
-    /// fence batch that makes its writes land (see [`CtxQueue::drain_sequence`]); after a wait fails, the ring
+    /// fence batch that makes its writes land (see [`CtxQueue::drain_request`]); after a wait fails, the ring
     /// is re-initialised (what else was in flight is re-issued).
-    pub(crate) fn zc_drain_sequence(&mut self, seq: u64, keep: Option<u32>, fence: bool) {
+    pub(crate) fn zc_drain_request(&mut self, request: u64, keep: Option<u32>, fence: bool) {
         let (dhal, platform, ring, mmio) = (self.dev.dhal, &*self.dev.platform, self.ring, &*self.dev.bar0);
         let crate::ring::RingInner { queue, zc, .. } = &mut *self.inner;
         let Some(zc) = zc.as_mut() else { return };
         let (completion, completion_dma) = (&*zc.completion, zc.completion_dma);
-        let result = zc.queue.drain_sequence(seq, keep, fence, |step| {
+        let result = zc.queue.drain_request(request, keep, fence, |step| {
             let (i, count) = match step {
                 DrainStep::Wait(i, ctx) => (i, ctx.nr_desc + 1),
                 DrainStep::Fence(i) => {
@@ -305,12 +305,12 @@ impl RingGuard<'_> {
     /// A queued piece that cannot go on: it becomes its request's (error) completion where it stands, and the
     /// request's other pieces are drained.
     fn zc_fail_in_place(&mut self, i: u32, e: &NdmaError) {
-        let (seq, to_device) = {
+        let (request, to_device) = {
             let c = self.zq().entry(i);
-            (c.sequence_num, c.to_device)
+            (c.request, c.to_device)
         };
         // Pieces of the request issued before this one may have their device writes in flight, retired or not.
-        self.zc_drain_sequence(seq, Some(i), to_device);
+        self.zc_drain_request(request, Some(i), to_device);
         let q = self.zq();
         q.unpin_in_place(i);
         let c = q.entry_mut(i);

@@ -58,6 +58,11 @@ pub(crate) struct ZcContext {
     pub pid: u32,
     /// 0 for a synchronous request.
     pub sequence_num: u64,
+    /// The request the piece belongs to: a number the queue gives each submit
+    /// ([`CtxQueue::new_request`](super::queue::CtxQueue::new_request)). Sequence numbers are the submitter's
+    /// and need not be unique, so a failure drains the pieces of its own request by this, never those of
+    /// another request that carries the same sequence number.
+    pub request: u64,
     /// Opaque value echoed in the completion entry.
     pub context: u64,
     /// The captured address space of an unpinned async piece (`mmget`), dropped once pinned.
@@ -97,6 +102,7 @@ impl std::fmt::Debug for ZcContext {
             .field("nr_pages", &self.nr_pages)
             .field("nr_desc", &self.nr_desc)
             .field("sequence_num", &self.sequence_num)
+            .field("request", &self.request)
             .field("compl_ret", &self.compl_ret)
             .finish()
     }

@@ -11,7 +11,7 @@
 //!   [tail, head) free                                                        (Invalid)
 //! ```
 //!
-//! Any live region may also hold tombstones (`Invalid`, left by [`CtxQueue::drain_sequence`]). The cursors
+//! Any live region may also hold tombstones (`Invalid`, left by [`CtxQueue::drain_request`]). The cursors
 //! never cross: head ≤ FPU ≤ FU ≤ tail in queue order. Contexts only ever move forward through the regions,
 //! and they leave in queue order, which is what keeps completions in submission order.
 //!
@@ -38,9 +38,11 @@ pub(crate) struct CtxQueue {
     pin_budget: u64,
     /// The most pages it ever held pinned at once.
     peak_pinned_pages: u64,
+    /// The last request number given out ([`CtxQueue::new_request`]).
+    last_request: u64,
 }
 
-/// What [`CtxQueue::drain_sequence`] asks of its caller.
+/// What [`CtxQueue::drain_request`] asks of its caller.
 #[derive(Debug)]
 pub(crate) enum DrainStep<'a> {
     /// Wait for the submitted context in this slot.
@@ -64,7 +66,15 @@ impl CtxQueue {
             nr_pinned_pages: 0,
             pin_budget,
             peak_pinned_pages: 0,
+            last_request: 0,
         }
+    }
+
+    /// A number for a new request, which its pieces carry in [`ZcContext::request`]: unique on the ring
+    /// (a u64 counter), unlike the submitter's sequence numbers.
+    pub(crate) fn new_request(&mut self) -> u64 {
+        self.last_request += 1;
+        self.last_request
     }
 
     fn next(&self, i: u32) -> u32 {
@@ -249,8 +259,9 @@ impl CtxQueue {
         self.nr_pinned_pages -= pages;
     }
 
-    /// `ndma_ctx_queue_drain_sequence`: the failure path of one request. Every context of `seq` except slot
-    /// `keep` is released (tombstoned). First each submitted one is waited for with
+    /// `ndma_ctx_queue_drain_sequence`, keyed by request: the failure path of one request. Every context of
+    /// `request` (see [`ZcContext::request`]; the driver matches sequence numbers, so a failed request with a
+    /// reused number drains another's pieces) except slot `keep` is released (tombstoned). First each submitted one is waited for with
     /// `step(DrainStep::Wait(slot, ctx))` — until a wait fails, after which the rest are released without
     /// waiting (the caller then re-initialises the ring). Then, when every wait succeeded and the request
     /// wrote device memory (`fence`, or a waited piece that did), `step(DrainStep::Fence(slot))` must make
@@ -258,9 +269,9 @@ impl CtxQueue {
     /// piece carries the write barrier, and a failed request never issues it. The slot is the tail's, which
     /// is never in use. Nothing is released before that, so the pieces' target chunk stays alive until their
     /// writes have landed. Cursors then skip the tombstones. Returns the first error.
-    pub(crate) fn drain_sequence(
+    pub(crate) fn drain_request(
         &mut self,
-        seq: u64,
+        request: u64,
         keep: Option<u32>,
         fence: bool,
         mut step: impl FnMut(DrainStep<'_>) -> Result<()>,
@@ -270,7 +281,7 @@ impl CtxQueue {
             .filter(|&i| Some(i) != keep)
             .filter(|&i| {
                 let c = &self.entries[i as usize];
-                c.state != ZcState::Invalid && c.sequence_num == seq
+                c.state != ZcState::Invalid && c.request == request
             })
             .collect();
         let mut result = Ok(());
@@ -374,10 +385,10 @@ mod tests {
 
     use super::*;
 
-    fn push(q: &mut CtxQueue, state: ZcState, id: u64, seq: u64) -> bool {
+    fn push(q: &mut CtxQueue, state: ZcState, id: u64, request: u64) -> bool {
         match q.peek_tail() {
             Some((_, c)) => {
-                *c = ZcContext { state, host_addr: id, sequence_num: seq, ..ZcContext::default() };
+                *c = ZcContext { state, host_addr: id, request, ..ZcContext::default() };
                 q.inc_tail();
                 true
             }
@@ -425,7 +436,7 @@ mod tests {
         Pin,
         PopSubmitted,
         PopHead,
-        DrainSequence(u64),
+        DrainRequest(u64),
         Requeue,
     }
 
@@ -436,7 +447,7 @@ mod tests {
             3 => Just(Op::Pin),
             2 => Just(Op::PopSubmitted),
             1 => Just(Op::PopHead),
-            1 => (0u64..4).prop_map(Op::DrainSequence),
+            1 => (0u64..4).prop_map(Op::DrainRequest),
             1 => Just(Op::Requeue),
         ]
     }
@@ -457,12 +468,12 @@ mod tests {
             let mut id = 0u64;
             for op in ops {
                 match op {
-                    Op::Push(s, seq) => {
+                    Op::Push(s, request) => {
                         let state = [ZcState::Unpinned, ZcState::PinnedUnsubmitted, ZcState::Completed][s as usize];
                         id += 1;
                         let unpinned_empty = m.items.len() == m.sub + m.pin;
-                        if push(&mut q, state, id, seq) {
-                            m.items.push_back((id, state, seq));
+                        if push(&mut q, state, id, request) {
+                            m.items.push_back((id, state, request));
                             if state != ZcState::Unpinned && unpinned_empty {
                                 m.pin += 1;
                             }
@@ -513,9 +524,9 @@ mod tests {
                             if m.sub > 0 { m.sub -= 1 } else if m.pin > 0 { m.pin -= 1 }
                         }
                     }
-                    Op::DrainSequence(seq) => {
+                    Op::DrainRequest(request) => {
                         let mut waited = Vec::new();
-                        q.drain_sequence(seq, None, false, |step| {
+                        q.drain_request(request, None, false, |step| {
                             if let DrainStep::Wait(_, c) = step {
                                 waited.push(c.host_addr);
                             }
@@ -523,12 +534,12 @@ mod tests {
                         })
                         .unwrap();
                         let expect_waited: Vec<u64> =
-                            m.items.iter().filter(|e| e.2 == seq && e.1 == ZcState::Submitted).map(|e| e.0).collect();
+                            m.items.iter().filter(|e| e.2 == request && e.1 == ZcState::Submitted).map(|e| e.0).collect();
                         prop_assert_eq!(waited, expect_waited);
                         let (sub, pin) = (m.sub, m.pin);
                         let mut k = 0;
                         m.items.retain(|e| {
-                            let keep = e.2 != seq;
+                            let keep = e.2 != request;
                             if !keep {
                                 if k < sub { m.sub -= 1 } else if k < sub + pin { m.pin -= 1 }
                             }

@@ -48,6 +48,8 @@ pub const NEURON_DMA_H2T_DEFAULT_QID: i32 = -1;
 
 /// A request, as the submit path walks it.
 struct Request<'a> {
+    /// Its number on the ring ([`ZcContext::request`]).
+    id: u64,
     ops: &'a [BatchOp],
     base: u64,
     mc: &'a Arc<MemChunk>,
@@ -145,17 +147,18 @@ impl NeuronDevice {
             self.completion_thread.ensure(self, bit)?;
         }
         let base = self.mc_to_pa(mc) + mc_offset;
-        let req = Request { ops, base, mc, to_device, seq: sequence_num, context, mm: &mm };
         let _span = tracing::debug_span!("zerocopy_submit", nc, ops = ops.len(), seq = sequence_num).entered();
         let mut g = RingGuard::lock(self, ring);
-        g.zc()?;
+        let id = g.zc()?.queue.new_request();
+        let req = Request { id, ops, base, mc, to_device, seq: sequence_num, context, mm: &mm };
         let mut result = g.zc_enqueue(&req);
         if result.is_ok() && !is_async {
-            result = g.zc_finish_sync();
+            result = g.zc_finish_sync(id);
         }
         if result.is_err() {
-            // Pieces issued before the failure may have their device writes in flight: fence them.
-            g.zc_drain_sequence(sequence_num, None, to_device);
+            // Pieces issued before the failure may have their device writes in flight: fence them. Only this
+            // request's pieces: another may carry the same sequence number.
+            g.zc_drain_request(id, None, to_device);
         }
         drop(g);
         if let (Ok(()), Some(bit)) = (&result, bit) {
@@ -291,6 +294,7 @@ impl RingGuard<'_> {
             pinned,
             pid,
             sequence_num: req.seq,
+            request: req.id,
             context: req.context,
             compl_ret: 0,
             failure: None,
@@ -307,12 +311,14 @@ impl RingGuard<'_> {
     /// `None` when the queue is full.
     pub(crate) fn zc_push_completed(&mut self, seq: u64, compl_ret: i64, context: u64) -> Option<()> {
         let q = &mut self.inner.zc.as_mut()?.queue;
+        let request = q.new_request();
         let (_, slot) = q.peek_tail()?;
         *slot = ZcContext {
             state: ZcState::Completed,
             to_device: true,
             last: true,
             sequence_num: seq,
+            request,
             compl_ret,
             context,
             ..ZcContext::default()
@@ -350,9 +356,9 @@ impl RingGuard<'_> {
         Ok(self.zc_pin_unpinned() > 0)
     }
 
-    /// The sync tail: issue and retire until none of the request's pieces (sequence 0) is left.
-    fn zc_finish_sync(&mut self) -> Result<()> {
-        while self.zc_holds_sequence(0) {
+    /// The sync tail: issue and retire until none of request `id`'s pieces is left.
+    fn zc_finish_sync(&mut self, id: u64) -> Result<()> {
+        while self.zc_holds_request(id) {
             if !self.zc_step()? {
                 return Err(NdmaError::QueueFull { nc: self.ring.nc });
             }
@@ -360,13 +366,10 @@ impl RingGuard<'_> {
         Ok(())
     }
 
-    /// Does the queue hold a live piece of request `seq`?
-    fn zc_holds_sequence(&self, seq: u64) -> bool {
+    /// Does the queue hold a live piece of request `id`?
+    fn zc_holds_request(&self, id: u64) -> bool {
         self.inner.zc.as_ref().is_some_and(|zc| {
-            zc.queue
-                .live_slots()
-                .map(|i| zc.queue.entry(i))
-                .any(|c| c.state != ZcState::Invalid && c.sequence_num == seq)
+            zc.queue.live_slots().map(|i| zc.queue.entry(i)).any(|c| c.state != ZcState::Invalid && c.request == id)
         })
     }
 }
