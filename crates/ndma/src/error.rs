@@ -161,6 +161,17 @@ pub enum NdmaError {
         /// The NC.
         nc: u32,
     },
+    /// The ring's completion queue is full and [`NDMA_H2D_COMPL_BACKLOG_MAX`](crate::zerocopy::NDMA_H2D_COMPL_BACKLOG_MAX)
+    /// completions wait behind it (`-EBUSY`): an async request is refused until consumers make room.
+    #[error(
+        "completion queue of NeuronCore {nc} is full and {backlog} completions wait behind it: consume some first"
+    )]
+    CompletionBacklogFull {
+        /// The NC.
+        nc: u32,
+        /// Completions held back.
+        backlog: usize,
+    },
     /// The calling task has no user address space to pin pages in (`-EFAULT`).
     #[error("the calling task has no user address space")]
     NoAddressSpace,
@@ -265,7 +276,7 @@ impl NdmaError {
             NdmaError::Udma(e) => e.errno(),
             NdmaError::Pin { errno, .. } | NdmaError::Failed { errno } => *errno,
             NdmaError::NotOwner { .. } | NdmaError::NoPinnedRange { .. } => -errno::ENOENT,
-            NdmaError::QueueFull { .. } => -errno::EBUSY,
+            NdmaError::QueueFull { .. } | NdmaError::CompletionBacklogFull { .. } => -errno::EBUSY,
             NdmaError::NoAddressSpace => -errno::EFAULT,
             NdmaError::PinnedRangeExists { .. } => -errno::EEXIST,
             NdmaError::ZeroCopyUnsupported

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use ndma::zerocopy::{calc_pin_size, CqConsumer, CqEntry, NEURON_DMA_H2T_DEFAULT_QID};
+use ndma::zerocopy::{
+    calc_pin_size, CqConsumer, CqEntry, NDMA_H2D_COMPL_BACKLOG_MAX, NDMA_H2D_COMPL_QUEUE_CAPACITY,
+    NEURON_DMA_H2T_DEFAULT_QID,
+};
 use ndma::{BatchOp, MemChunk, NdmaError, NeuronDevice, PAGE_SIZE};
 use ndma_emu::test_utils::*;
 use ndma_emu::{AddressSpace, ClockKind, ExecPolicy, MapSpec, OrderingMode, PinFault, PinPath, Placement, Testbed};
@@ -692,6 +695,61 @@ fn a_full_completion_queue_holds_completions_back_without_losing_one() {
     let expect: Vec<CqEntry> = (1..=n).map(|s| CqEntry { sequence_num: s, compl_ret: 0, context: !s }).collect();
     assert!(got == expect, "every completion, in order");
     z.assert_no_leaks("full CQ");
+}
+
+/// A consumer that never consumes cannot make the driver hold completions without bound: once the queue is
+/// full and a queue's worth waits behind it, new async requests (and `submit_completed`) are refused with
+/// -EBUSY; sync requests, which post nothing, still run; one entry consumed lets one request in again; and
+/// every accepted request's completion arrives, in order.
+#[test]
+fn a_consumer_that_never_consumes_gets_ebusy_once_the_backlog_is_full() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let cq = z.cq();
+    let va = z.map(1, Placement::Contiguous);
+    z.mm.fill(va, PAGE, 0x3c).unwrap();
+    let mc = alloc(dev, false, PAGE, 0).unwrap();
+    let op = BatchOp { offset: 0, size: 64, buffer: va };
+    let limit = NDMA_H2D_COMPL_QUEUE_CAPACITY as u64 + NDMA_H2D_COMPL_BACKLOG_MAX as u64;
+    let wait_idle = || {
+        let mut spins = 0u64;
+        while dev.zerocopy_status(0).unwrap().contexts > 0 {
+            spins += 1;
+            assert!(spins < 50_000_000, "the completion thread did not retire every request");
+            std::thread::yield_now();
+        }
+    };
+    let mut seq = 0u64;
+    let submit = |seq: u64| loop {
+        match dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, seq, !seq) {
+            // The context queue is full: the completion thread makes room.
+            Err(NdmaError::QueueFull { .. }) => std::thread::yield_now(),
+            r => break r,
+        }
+    };
+    // Fewer than `limit` accepted leave fewer than a queue's worth behind the full queue: every one is
+    // accepted (waiting for the thread only when the context queue fills).
+    while seq < limit {
+        seq += 1;
+        submit(seq).unwrap_or_else(|e| panic!("request {seq}: {e}"));
+    }
+    wait_idle();
+    let s = dev.zerocopy_status(0).unwrap();
+    assert_eq!((cq.len() as u64, s.backlog), (1024, NDMA_H2D_COMPL_BACKLOG_MAX));
+    let full = NdmaError::CompletionBacklogFull { nc: 0, backlog: NDMA_H2D_COMPL_BACKLOG_MAX };
+    assert_eq!(submit(seq + 1), Err(full.clone()));
+    assert_eq!(full.errno(), -16);
+    assert_eq!(dev.zerocopy_submit_completed(0, -1, seq + 1, 0, 0), Err(full.clone()));
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).expect("a sync request posts nothing and still runs");
+    assert_eq!(dev.zerocopy_status(0).unwrap().backlog, NDMA_H2D_COMPL_BACKLOG_MAX, "refusals added nothing");
+    // One consumed: the submit posts one held-back completion into the freed slot and is accepted.
+    assert_eq!(cq.pop(), Some(CqEntry { sequence_num: 1, compl_ret: 0, context: !1 }));
+    seq += 1;
+    submit(seq).expect("room again");
+    let got = take(&cq, (seq - 1) as usize);
+    assert!(got.iter().zip(2u64..).all(|(e, s)| *e == CqEntry { sequence_num: s, compl_ret: 0, context: !s }));
+    assert_eq!(cq.pop(), None, "exactly one completion per accepted request");
+    z.assert_no_leaks("backlog full");
 }
 
 #[test]

@@ -159,6 +159,7 @@ pub fn outcome_kind(r: &Result<(), NdmaError>) -> &'static str {
         NdmaError::Failed { .. } => "failed",
         NdmaError::AsyncZeroCopyUnsupported => "async_zerocopy_unsupported",
         NdmaError::QueueFull { .. } => "queue_full",
+        NdmaError::CompletionBacklogFull { .. } => "completion_backlog_full",
         _ => "other",
     }
 }

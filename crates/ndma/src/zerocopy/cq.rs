@@ -68,6 +68,12 @@ use crate::{NdmaError, Result};
 
 /// Entries in a completion queue (`NDMA_H2D_COMPL_QUEUE_CAPACITY`); see [`CqConsumer::header`].
 pub const NDMA_H2D_COMPL_QUEUE_CAPACITY: u32 = 1024;
+/// Completions the driver holds back at most, behind a full queue, before it refuses new async requests of
+/// the ring with [`NdmaError::CompletionBacklogFull`] (`-EBUSY`): one queue's worth. Requests already queued
+/// still post theirs (at most the context queue's 1023 more), so the memory a ring spends on completions
+/// nobody consumes stays bounded whatever its consumers do. The driver has no backlog: its producer sleeps
+/// under the ring lock until there is room.
+pub const NDMA_H2D_COMPL_BACKLOG_MAX: usize = NDMA_H2D_COMPL_QUEUE_CAPACITY as usize;
 /// Bytes a user maps: header + entries (16 + 1024 × 24 = 24,592).
 ///
 /// ```

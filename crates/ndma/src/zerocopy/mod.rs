@@ -54,7 +54,9 @@ mod thread;
 
 pub use build::{plan_descriptors, ZcDesc};
 pub use context::ZcState;
-pub use cq::{CqConsumer, CqEntry, CqHeader, NDMA_H2D_COMPL_QUEUE_CAPACITY, NDMA_H2D_COMPL_QUEUE_SIZE};
+pub use cq::{
+    CqConsumer, CqEntry, CqHeader, NDMA_H2D_COMPL_BACKLOG_MAX, NDMA_H2D_COMPL_QUEUE_CAPACITY, NDMA_H2D_COMPL_QUEUE_SIZE,
+};
 pub use prepinned::PinnedRange;
 pub use sizing::{calc_pin_size, descs_available};
 pub use status::ZcStatus;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::context::{ZcContext, ZcState};
+use super::cq::NDMA_H2D_COMPL_BACKLOG_MAX;
 use super::pin::pin_local;
 use super::sizing::{calc_pin_size, should_wait};
 use super::NDMA_ZC_DESC_WAIT_THRESHOLD_LO;
@@ -149,6 +150,9 @@ impl NeuronDevice {
         let base = self.mc_to_pa(mc) + mc_offset;
         let _span = tracing::debug_span!("zerocopy_submit", nc, ops = ops.len(), seq = sequence_num).entered();
         let mut g = RingGuard::lock(self, ring);
+        if is_async {
+            g.zc_check_backlog()?;
+        }
         let id = g.zc()?.queue.new_request();
         let req = Request { id, ops, base, mc, to_device, seq: sequence_num, context, mm: &mm };
         let mut result = g.zc_enqueue(&req);
@@ -187,7 +191,7 @@ impl NeuronDevice {
         let bit = self.zc_bit(ring, true)?.ok_or(NdmaError::AsyncZeroCopyUnsupported)?;
         self.completion_thread.ensure(self, bit)?;
         let mut g = RingGuard::lock(self, ring);
-        g.zc()?;
+        g.zc_check_backlog()?;
         g.zc_push_completed(sequence_num, compl_ret, context).ok_or(NdmaError::QueueFull { nc })?;
         drop(g);
         self.completion_thread.kick(bit);
@@ -214,6 +218,18 @@ impl NeuronDevice {
 }
 
 impl RingGuard<'_> {
+    /// Refuses a new async request while the completions nobody consumed fill the queue and
+    /// [`NDMA_H2D_COMPL_BACKLOG_MAX`] more wait behind it (posting first what the consumers made room for).
+    fn zc_check_backlog(&mut self) -> Result<()> {
+        let nc = self.ring.nc;
+        let cq = &mut self.zc()?.cq;
+        cq.flush();
+        match cq.backlog_len() {
+            backlog if backlog >= NDMA_H2D_COMPL_BACKLOG_MAX => Err(NdmaError::CompletionBacklogFull { nc, backlog }),
+            _ => Ok(()),
+        }
+    }
+
     /// Queues every piece of `req`, issuing pinned pieces as descriptors allow. A sync request makes room by
     /// retiring submitted pieces (`should_wait`'s hysteresis); an async one never waits.
     fn zc_enqueue(&mut self, req: &Request<'_>) -> Result<()> {
