@@ -400,9 +400,9 @@ impl NeuronDevice {
         self.rings.iter().flatten().find(|r| self.dhal.ctx_queue_bit(r.eng_id, r.qid) == Some(bit))
     }
 
-    /// The pre-pinned pages covering `n` pages of `pid` from `va`, if a registered range holds them.
-    pub(crate) fn prepinned(&self, pid: u32, va: u64, n: usize) -> Option<Pinned> {
-        self.registry.upgrade()?.pinned.try_populate(pid, va, n)
+    /// The pre-pinned pages covering `n` pages of `mm` from `va`, if a range it registered holds them.
+    pub(crate) fn prepinned(&self, mm: &Arc<dyn crate::UserMm>, va: u64, n: usize) -> Option<Pinned> {
+        self.registry.upgrade()?.pinned.try_populate(mm, va, n)
     }
 
     /// The `zerocopy_trn1_override` module parameter: allow zero-copy on an arch with the reset-window retry.

@@ -824,6 +824,37 @@ fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
     z.assert_no_leaks("pre-pinned");
 }
 
+/// A pre-pinned range belongs to the address space that registered it, not to its pid: a process that exited
+/// without unregistering leaves ranges a new process reusing the pid must never DMA through (they hold the old
+/// process's frames). The new process's transfer pins its own pages, and the stale range is released then.
+#[test]
+fn a_new_process_reusing_a_pid_never_transfers_through_the_old_ones_pre_pinned_pages() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let mc = alloc(dev, false, 8 * PAGE, 0).unwrap();
+    let old = AddressSpace::new(z.tb.emu.host(), 777);
+    let old_va = {
+        let _as_old = old.enter();
+        let va = old.map(&MapSpec::new(8, Placement::Scattered { seed: 21 })).unwrap();
+        old.fill(va, 8 * PAGE, 0x0d).unwrap();
+        z.tb.system.pin_host_memory(va, 8 * PAGE).unwrap();
+        va
+    };
+    old.exit();
+    assert_eq!(z.tb.emu.host().frames().leak_check().pinned_frames, 8, "the range outlives the process");
+    let new = AddressSpace::new(z.tb.emu.host(), 777);
+    let _as_new = new.enter();
+    let va = new.map(&MapSpec::new(8, Placement::Scattered { seed: 22 })).unwrap();
+    assert_eq!(va, old_va, "the same user addresses, so a lookup by pid and address would match");
+    new.fill(va, 8 * PAGE, 0x4e).unwrap();
+    let op = BatchOp { offset: 0, size: 8 * PAGE, buffer: va };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap();
+    assert!(read_vec(z.emu(), &mc, 0, 8 * PAGE).unwrap().iter().all(|&b| b == 0x4e), "the new process's bytes");
+    assert_eq!(new.pin_stats().pinned_pages, 8, "its own pages were pinned");
+    assert_eq!(z.tb.system.pinned_ranges(), 0, "the stale range is released");
+    z.assert_no_leaks("pid reuse");
+}
+
 /// A piece over the pin budget that lies in a pre-pinned range waits like any other, then takes a reference on
 /// the range in the completion thread: no remote pin, nothing unpinned, and the range stays registered.
 #[test]

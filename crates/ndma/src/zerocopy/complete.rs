@@ -272,8 +272,8 @@ impl RingGuard<'_> {
             if !q.can_pin(n) {
                 break;
             }
-            let (pid, va, device_writes) = (c.pid, c.host_addr & !(PAGE_SIZE - 1), !c.to_device);
-            let prepinned = self.dev.prepinned(pid, va, n as usize);
+            let (va, device_writes) = (c.host_addr & !(PAGE_SIZE - 1), !c.to_device);
+            let prepinned = c.mm.clone().and_then(|mm| self.dev.prepinned(&mm, va, n as usize));
             let c = self.zq().entry_mut(i);
             let pin = match prepinned {
                 Some(p) => Ok(p),

@@ -101,6 +101,7 @@ impl std::fmt::Debug for ZcContext {
             .field("last", &self.last)
             .field("nr_pages", &self.nr_pages)
             .field("nr_desc", &self.nr_desc)
+            .field("pid", &self.pid)
             .field("sequence_num", &self.sequence_num)
             .field("request", &self.request)
             .field("compl_ret", &self.compl_ret)

@@ -49,6 +49,14 @@ impl Pinned {
         &self.pages
     }
 
+    /// The address space whose pages these are, when the piece pinned them itself.
+    pub(crate) fn owner(&self) -> Option<&Arc<dyn UserMm>> {
+        match &self.hold {
+            Hold::Owned { mm, .. } => Some(mm),
+            Hold::Prepinned(_) => None,
+        }
+    }
+
     /// `n` pages of `range` starting at its page `first`.
     pub(crate) fn from_range(range: &Arc<PinnedRange>, first: usize, n: usize) -> Pinned {
         Pinned { pages: range.pages()[first..first + n].to_vec(), hold: Hold::Prepinned(Arc::clone(range)) }

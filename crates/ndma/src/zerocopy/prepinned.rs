@@ -63,6 +63,11 @@ impl PinnedRange {
         self.pin.pages()
     }
 
+    /// Was the range registered by `mm` (the same address space, not only the same pid)?
+    fn belongs_to(&self, mm: &Arc<dyn UserMm>) -> bool {
+        self.pin.owner().is_some_and(|own| std::ptr::addr_eq(Arc::as_ptr(own), Arc::as_ptr(mm)))
+    }
+
     /// First page address.
     fn first_page(&self) -> u64 {
         self.va & !(PAGE_SIZE - 1)
@@ -87,16 +92,49 @@ impl std::fmt::Debug for PinnedRange {
     }
 }
 
+/// Ranges per pid, keyed by start address.
+type RangesByPid = HashMap<u32, BTreeMap<u64, Arc<PinnedRange>>>;
+
 /// The system's pre-pinned ranges, per process, keyed by start address.
+///
+/// A range belongs to the address space that registered it. The driver keys them by pid alone and relies on
+/// the process's file release to clean them up; here a process can exit without that, and a new one may reuse
+/// its pid at the same user addresses — so every lookup on behalf of an address space first drops its pid's
+/// ranges that another address space registered (stale: their pages are the old process's frames), instead
+/// of DMAing the new process's transfer through them.
 #[derive(Default)]
 pub(crate) struct PinnedStore {
-    by_pid: Mutex<HashMap<u32, BTreeMap<u64, Arc<PinnedRange>>>>,
+    by_pid: Mutex<RangesByPid>,
 }
 
 impl PinnedStore {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u32, BTreeMap<u64, Arc<PinnedRange>>>> {
+    fn lock(&self) -> MutexGuard<'_, RangesByPid> {
         // Every update is a single insert/remove: a panic cannot leave the maps half-changed.
         self.by_pid.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock, with `mm`'s pid holding only ranges `mm` registered. The stale ones removed come first, so
+    /// that `let (_stale, all) = ...` drops (unpins) them after the lock is released.
+    fn lock_for(&self, mm: &Arc<dyn UserMm>) -> (Vec<Arc<PinnedRange>>, MutexGuard<'_, RangesByPid>) {
+        let mut all = self.lock();
+        let pid = mm.pid();
+        let mut stale = Vec::new();
+        if let Some(map) = all.get_mut(&pid) {
+            map.retain(|_, r| {
+                let mine = r.belongs_to(mm);
+                if !mine {
+                    stale.push(Arc::clone(r));
+                }
+                mine
+            });
+            if map.is_empty() {
+                all.remove(&pid);
+            }
+        }
+        if !stale.is_empty() {
+            tracing::warn!(pid, ranges = stale.len(), "pre-pinned ranges of an exited process with this pid released");
+        }
+        (stale, all)
     }
 
     /// `ndma_pin_host_memory`: pins `[va, va + size)` of `mm` for as long as it stays registered.
@@ -106,15 +144,18 @@ impl PinnedStore {
             return Err(NdmaError::InvalidPinRange { va, size });
         };
         let pid = mm.pid();
-        if let Some(r) = self.lock().get(&pid).and_then(|m| overlapping(m, va, end)) {
-            return Err(NdmaError::PinnedRangeExists { va, existing: r.va });
+        {
+            let (_stale, all) = self.lock_for(mm);
+            if let Some(r) = all.get(&pid).and_then(|m| overlapping(m, va, end)) {
+                return Err(NdmaError::PinnedRangeExists { va, existing: r.va });
+            }
         }
         let first = va & !(PAGE_SIZE - 1);
         let n = (end - first).div_ceil(PAGE_SIZE) as usize;
         // Long-term pin, for writing: the device may write the range in either direction later.
         let pin = pin_local(mm, first, n, true)?;
         let range = Arc::new(PinnedRange { pid, va, size, pin });
-        let mut all = self.lock();
+        let (_stale, mut all) = self.lock_for(mm);
         let map = all.entry(pid).or_default();
         // Checked again under the lock: another thread may have registered an overlapping range meanwhile.
         if let Some(r) = overlapping(map, va, end) {
@@ -124,9 +165,10 @@ impl PinnedStore {
         Ok(range)
     }
 
-    /// `ndma_unpin_host_memory`: unregisters the range starting exactly at `va`.
-    pub(crate) fn unpin(&self, pid: u32, va: u64) -> Result<()> {
-        let mut all = self.lock();
+    /// `ndma_unpin_host_memory`: unregisters `mm`'s range starting exactly at `va`.
+    pub(crate) fn unpin(&self, mm: &Arc<dyn UserMm>, va: u64) -> Result<()> {
+        let pid = mm.pid();
+        let (_stale, mut all) = self.lock_for(mm);
         let removed = all.get_mut(&pid).and_then(|m| m.remove(&va));
         if all.get(&pid).is_some_and(BTreeMap::is_empty) {
             all.remove(&pid);
@@ -139,11 +181,11 @@ impl PinnedStore {
         self.lock().remove(&pid);
     }
 
-    /// The pre-pinned pages covering `n` pages from the page-aligned `va` of `pid`, if one range holds them all
-    /// (`ndma_pinned_mem_try_populate`).
-    pub(crate) fn try_populate(&self, pid: u32, va: u64, n: usize) -> Option<Pinned> {
-        let all = self.lock();
-        let (_, r) = all.get(&pid)?.range(..=(va | (PAGE_SIZE - 1))).next_back()?;
+    /// The pre-pinned pages covering `n` pages from the page-aligned `va` of `mm`, if one range it registered
+    /// holds them all (`ndma_pinned_mem_try_populate`).
+    pub(crate) fn try_populate(&self, mm: &Arc<dyn UserMm>, va: u64, n: usize) -> Option<Pinned> {
+        let (_stale, all) = self.lock_for(mm);
+        let (_, r) = all.get(&mm.pid())?.range(..=(va | (PAGE_SIZE - 1))).next_back()?;
         let first = usize::try_from((va - r.first_page()) / PAGE_SIZE).ok()?;
         (va >= r.first_page() && first + n <= r.pages().len()).then(|| Pinned::from_range(r, first, n))
     }
@@ -200,7 +242,7 @@ impl crate::System {
     /// [`NdmaError::NoAddressSpace`], [`NdmaError::NoPinnedRange`] (`-ENOENT`).
     pub fn unpin_host_memory(&self, va: u64) -> Result<()> {
         let mm = self.platform().current_mm().ok_or(NdmaError::NoAddressSpace)?;
-        self.registry().pinned.unpin(mm.pid(), va)
+        self.registry().pinned.unpin(&mm, va)
     }
 
     /// `ndma_pinned_mem_cleanup_process`: unregisters every range of process `pid` (at its exit).
