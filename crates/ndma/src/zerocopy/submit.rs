@@ -76,10 +76,12 @@ impl NeuronDevice {
     /// Before anything is queued: [`NdmaError::NotOwner`] (`-ENOENT`) for a queue the NC does not own,
     /// [`NdmaError::ZeroCopyUnsupported`] (`-EINVAL`, V2 without the override),
     /// [`NdmaError::AsyncZeroCopyUnsupported`] (`-EINVAL`, async on V2), [`NdmaError::OutOfRange`] for an op
-    /// outside `mc` or overflowing, [`NdmaError::NoAddressSpace`] (`-EFAULT`). Then: [`NdmaError::QueueFull`]
-    /// (`-EBUSY`, async), pin errors ([`NdmaError::Pin`]), and for a sync request the waits' errors. On any
-    /// error the request's queued pieces are drained (waited for if submitted, unpinned); other requests'
-    /// pieces are untouched (the driver drains the whole queue).
+    /// outside `mc` or overflowing, [`NdmaError::NoAddressSpace`] (`-EFAULT`),
+    /// [`NdmaError::CompletionBacklogFull`] (`-EBUSY`, async, when nobody consumes the completions). Then:
+    /// [`NdmaError::QueueFull`] (`-EBUSY`, async), pin errors ([`NdmaError::Pin`]), and for a sync request the
+    /// waits' errors. On any error the request's queued pieces are drained (waited for if submitted,
+    /// unpinned); other requests' pieces are untouched, also those of a request with the same sequence number
+    /// (the driver drains the whole queue).
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
@@ -177,8 +179,8 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::NotOwner`], [`NdmaError::AsyncZeroCopyUnsupported`], [`NdmaError::QueueFull`], and
-    /// failures to start the completion thread.
+    /// [`NdmaError::NotOwner`], [`NdmaError::AsyncZeroCopyUnsupported`], [`NdmaError::QueueFull`],
+    /// [`NdmaError::CompletionBacklogFull`], and failures to start the completion thread.
     pub fn zerocopy_submit_completed(
         &self,
         nc: u32,
