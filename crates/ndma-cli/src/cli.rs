@@ -249,7 +249,8 @@ pub enum FaultScenario {
     /// each completes with -ESRCH, nothing stays pinned, and another process's request succeeds.
     ZcExit,
     /// Zero-copy (V3): more completions than the completion queue holds, with no consumer for a while: the
-    /// rest wait in the backlog, then every completion is delivered, in order.
+    /// rest wait in the backlog until it is full, one more request is refused -EBUSY, then every completion is
+    /// delivered, in order.
     ZcCqFull,
 }
 

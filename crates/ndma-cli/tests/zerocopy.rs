@@ -315,10 +315,11 @@ fn faults_zc_cq_full_backlogs_then_delivers_every_completion_in_order() {
     let v = json_of(&["--instance", V3, "faults", "zc-cq-full"]);
     documented("faults", &v);
     let b = &v["cq_backlog"];
-    assert_eq!((u(&b["requests"]), u(&b["posted"]), u(&b["backlog"])), (1100, 1024, 76), "{b}");
-    let want: Vec<Value> = (1..=1100).map(|s| cqe(s, 0)).collect();
+    assert_eq!((u(&b["requests"]), u(&b["posted"]), u(&b["backlog"])), (2048, 1024, 1024), "{b}");
+    assert_eq!(b["refused_errno"], json!(-16), "one more request is refused -EBUSY: {b}");
+    let want: Vec<Value> = (1..=2048).map(|s| cqe(s, 0)).collect();
     assert_eq!(v["cqes"], json!(want));
-    assert_eq!(v["pins"], pins(1100, 0, 0, 0, 0, 1100, 0));
+    assert_eq!(v["pins"], pins(2048, 0, 0, 0, 0, 2048, 0));
     assert_eq!(v["leak_check"], clean_leak_check());
 }
 

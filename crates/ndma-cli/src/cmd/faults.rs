@@ -72,7 +72,8 @@ zero-copy scenarios add:
   pins         pin activity of the user process(es): fast_calls, slow_calls, remote_calls, short_pins,
                failed_calls, pinned_pages, unpinned_pages, dirty_unpins
   cq_backlog   zc-cq-full: requests, busy_submits (refused -EBUSY and repeated), posted (in the queue
-               while nobody consumed), backlog (held back in the driver)
+               while nobody consumed), backlog (held back in the driver), refused_errno (of one more
+               request then: -16, the backlog full)
   leak_check   at the end: pinned_frames, pins, orphaned_frames, bad_unpins, pinned_ranges, contexts,
                queue_pinned_pages, backlog, ring_slots_used, ring_slots_accounted, clean
   last_failure the device's last failure snapshot, when one failed (a ring state as in steps' state): an

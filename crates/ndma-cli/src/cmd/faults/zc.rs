@@ -12,12 +12,15 @@
 //!   and its other pieces are drained; the two behind it complete, and a sync request afterwards succeeds.
 //! - `zc-exit` (V3): three async requests wait unpinned (pin budget 0) holding the process's address space;
 //!   the process exits; each completes with `-ESRCH`; another process's request succeeds.
-//! - `zc-cq-full` (V3): 1100 async requests and nobody consuming: 1024 completions fill the queue, 76 wait in
-//!   the driver's backlog; then all 1100 are taken, in order.
+//! - `zc-cq-full` (V3): 2048 async requests and nobody consuming: 1024 completions fill the queue, 1024 wait
+//!   in the driver's backlog; one more request is refused `-EBUSY` (the backlog is full); then all 2048 are
+//!   taken, in order.
 
 use std::time::Instant;
 
-use ndma::zerocopy::{CqConsumer, NDMA_CTX_QUEUE_MAX_PINNED_PAGES, NDMA_H2D_COMPL_QUEUE_CAPACITY};
+use ndma::zerocopy::{
+    CqConsumer, NDMA_CTX_QUEUE_MAX_PINNED_PAGES, NDMA_H2D_COMPL_BACKLOG_MAX, NDMA_H2D_COMPL_QUEUE_CAPACITY,
+};
 use ndma::{NdmaError, NeuronDevice, PAGE_SIZE};
 use ndma_emu::{EmuDevice, PinFault, PinPath, PlannedFault, Testbed};
 use serde::Serialize;
@@ -54,6 +57,8 @@ pub struct CqBacklog {
     pub posted: u32,
     /// Completions held back in the driver's backlog meanwhile.
     pub backlog: usize,
+    /// The errno of one more async request submitted then: `-EBUSY`, the backlog full.
+    pub refused_errno: i32,
 }
 
 /// A zero-copy scenario in progress.
@@ -357,7 +362,8 @@ fn exit(z: &mut Zc<'_>) -> CliResult<Outcome> {
 }
 
 fn cq_full(z: &mut Zc<'_>) -> CliResult<Outcome> {
-    const REQUESTS: u64 = 1100;
+    // Enough to fill the queue and the backlog behind it.
+    const REQUESTS: u64 = NDMA_H2D_COMPL_QUEUE_CAPACITY as u64 + NDMA_H2D_COMPL_BACKLOG_MAX as u64;
     const BYTES: u64 = 64;
     let len = REQUESTS * BYTES;
     let proc = Process::enter(z.tb.emu.host(), PID);
@@ -370,7 +376,7 @@ fn cq_full(z: &mut Zc<'_>) -> CliResult<Outcome> {
     ));
     let pins0 = proc.mm.pin_stats();
     let mut busy = 0;
-    let r = z.step("1100 async requests, nobody consuming", |z| {
+    let r = z.step("2048 async requests, nobody consuming", |z| {
         (1..=REQUESTS).try_for_each(|seq| {
             let at = (seq - 1) * BYTES;
             busy += submit_async(z.dev, z.nc, &[w.op(at..at + BYTES)], &w.mc, true, seq, 1)?;
@@ -384,7 +390,6 @@ fn cq_full(z: &mut Zc<'_>) -> CliResult<Outcome> {
     ));
     let s = wait_status(z.dev, z.nc, "the completion thread did not retire every request", |s| s.contexts == 0)?;
     let posted = cq.len();
-    let full = CqBacklog { requests: REQUESTS, busy_submits: busy, posted, backlog: s.backlog };
     z.out.say(format_args!(
         "  every request retired: {posted} completions in the queue, {} held back in the driver's backlog (the \
          producer never waits for room)",
@@ -397,12 +402,26 @@ fn cq_full(z: &mut Zc<'_>) -> CliResult<Outcome> {
             s.backlog
         )));
     }
+    let one_more = REQUESTS + 1;
+    let r = z.step("one more async request, the backlog full", |z| {
+        z.dev.zerocopy_submit(z.nc, &[w.op(0..BYTES)], &w.mc, 0, -1, true, one_more, context_of(one_more))
+    })?;
+    let refused_errno = match r {
+        Err(e @ NdmaError::CompletionBacklogFull { .. }) => e.errno(),
+        other => {
+            return Err(CliError::Verify(format!(
+                "a request with {NDMA_H2D_COMPL_BACKLOG_MAX} completions held back must be refused -EBUSY: {other:?}"
+            )))
+        }
+    };
+    z.out.say("  refused: the driver holds at most a queue's worth of completions behind a full queue");
+    let full = CqBacklog { requests: REQUESTS, busy_submits: busy, posted, backlog: s.backlog, refused_errno };
     let want: Vec<Cqe> =
         (1..=REQUESTS).map(|seq| Cqe { sequence_num: seq, compl_ret: 0, context: context_of(seq) }).collect();
     z.out.say("a consumer takes the completions:");
     let cqes = z.completions(&cq, &want)?;
     wait_status(z.dev, z.nc, "the backlog was not posted", |s| s.backlog == 0)?;
-    w.verify(z.emu, "the 1100 requests")?;
+    w.verify(z.emu, "the 2048 requests")?;
     z.verified();
     z.out.say("  every completion delivered once, in order; data verified byte-exact");
     let pins = Pins::between(&pins0, &proc.mm.pin_stats());
