@@ -656,6 +656,58 @@ fn the_pin_budget_holds_and_deferred_pieces_are_pinned_remotely() {
     z.assert_no_leaks("budget");
 }
 
+/// A sync request larger than the pin budget pins what fits, then retires its own pieces to make room
+/// (`should_wait`), never holding more than the budget pinned; with no budget at all nothing can ever move,
+/// and it fails -EBUSY at once instead of waiting forever.
+#[test]
+fn a_sync_request_over_the_pin_budget_makes_room_from_its_own_pieces() {
+    for exec in [ExecPolicy::Inline, ExecPolicy::Threaded] {
+        let z = Zc::new(Arch::V3, exec);
+        let dev = z.dev();
+        let pages = 1024u64;
+        let va = z.map(pages as usize, Placement::Scattered { seed: 31 });
+        let data = pattern(51, 0, (pages * PAGE) as usize);
+        z.mm.write(va, &data).unwrap();
+        let mc = alloc(dev, false, pages * PAGE, 0).unwrap();
+        let op = BatchOp { offset: 0, size: pages * PAGE, buffer: va };
+        dev.set_zerocopy_pin_budget(0);
+        assert_eq!(dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0), Err(NdmaError::QueueFull { nc: 0 }));
+        z.assert_no_leaks("no budget");
+        dev.set_zerocopy_pin_budget(128);
+        dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap();
+        assert!(read_vec(z.emu(), &mc, 0, pages * PAGE).unwrap() == data, "{exec:?}");
+        let s = dev.zerocopy_status(0).unwrap();
+        assert_eq!(s.peak_pinned_pages, 128, "{exec:?}: two 64-page pieces at a time");
+        let pins = z.mm.pin_stats();
+        assert_eq!((pins.pinned_pages, pins.remote_calls), (pages, 0), "{exec:?}: every page pinned once, locally");
+        z.assert_no_leaks("sync over the budget");
+    }
+}
+
+/// A sync request queued behind an async request whose pieces wait for pin budget moves them first: it pins,
+/// issues and retires what is ahead of it (posting that request's completion, exactly once), then its own.
+#[test]
+fn a_sync_request_behind_deferred_async_pieces_completes_them_in_order() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = z.cq();
+    let va = z.map(8, Placement::Scattered { seed: 32 });
+    let data = pattern(52, 0, 8 * PAGE as usize);
+    z.mm.write(va, &data).unwrap();
+    let mc = alloc(dev, false, 8 * PAGE, 0).unwrap();
+    dev.set_zerocopy_pin_budget(0);
+    let first = BatchOp { offset: 0, size: 4 * PAGE, buffer: va };
+    dev.zerocopy_submit(0, &[first], &mc, 0, -1, true, 9, 90).unwrap();
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 1, "deferred");
+    dev.set_zerocopy_pin_budget(8);
+    let second = BatchOp { offset: 4 * PAGE, size: 4 * PAGE, buffer: va + 4 * PAGE };
+    dev.zerocopy_submit(0, &[second], &mc, 0, -1, true, 0, 0).unwrap();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 9, compl_ret: 0, context: 90 }]);
+    assert_eq!(cq.pop(), None);
+    assert!(read_vec(emu, &mc, 0, 8 * PAGE).unwrap() == data);
+    z.assert_no_leaks("sync behind deferred async");
+}
+
 #[test]
 fn a_full_completion_queue_holds_completions_back_without_losing_one() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
