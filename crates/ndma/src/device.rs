@@ -425,6 +425,21 @@ impl NeuronDevice {
         !self.dhal.retry_memcpy() || self.zerocopy_trn1_override.load(Ordering::Relaxed)
     }
 
+    /// Checks that `mc` can be DMAed here: a host chunk from any pool (host memory is the same for every
+    /// device), a device chunk only from this device's pool — another device's HBM PA names this device's
+    /// HBM, where it would land in whatever chunk holds that address.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::ForeignChunk`] naming the chunk `what`.
+    pub(crate) fn check_own_chunk(&self, what: &'static str, mc: &MemChunk) -> Result<()> {
+        if mc.is_host() || self.pool.owns(mc) {
+            Ok(())
+        } else {
+            Err(NdmaError::ForeignChunk { what })
+        }
+    }
+
     /// The PA rule (`ndma_mc_to_pa`): host chunk → host PA | `pci_host_base`; device chunk → its PA.
     ///
     /// ```

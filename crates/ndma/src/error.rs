@@ -92,6 +92,13 @@ pub enum NdmaError {
     /// Staging the completion marker failed (the driver's bare `-1`).
     #[error("staging the completion marker failed: {0}")]
     MarkerStaging(UdmaError),
+    /// A device chunk of another device (or of a pool of one's own) handed to this device's DMA (`-EINVAL`):
+    /// its PA names HBM of that device, which here is some other memory.
+    #[error("{what}: a device chunk of another device's memory pool")]
+    ForeignChunk {
+        /// Which chunk.
+        what: &'static str,
+    },
     /// A CPU access to a chunk that has no host mapping (a device chunk) (`-EINVAL`).
     #[error("{what}: a device chunk has no host mapping")]
     NotHostMemory {
@@ -290,6 +297,7 @@ impl NdmaError {
             NdmaError::ArchMismatch { .. } => -ENODEV,
             NdmaError::InvalidQueueType(_) => -errno::EPERM,
             NdmaError::OutOfRange { .. }
+            | NdmaError::ForeignChunk { .. }
             | NdmaError::NotHostMemory { .. }
             | NdmaError::InvalidNc { .. }
             | NdmaError::NoH2tRing { .. }

@@ -36,6 +36,7 @@ impl NeuronDevice {
     /// as [`NeuronDevice::memcpy`].
     pub fn memset(&self, mc: &MemChunk, offset: u64, value: u8, size: u64) -> Result<()> {
         mc.check_range("memset window", offset, size)?;
+        self.check_own_chunk("memset chunk", mc)?;
         if size == 0 {
             return Ok(());
         }

@@ -241,3 +241,44 @@ fn a_device_of_another_generation_is_refused() {
     assert_eq!(err, NdmaError::ArchMismatch { device: 0, declared: Arch::V3, found: Arch::V2 });
     assert_eq!(err.errno(), -19);
 }
+
+/// A device chunk belongs to its device: its PA names that device's HBM, so on another device it would name
+/// whatever chunk holds the same address there. Every DMA entry point that takes a chunk refuses one from
+/// another device's pool (`-EINVAL`) before anything moves; host chunks, the same memory for every device,
+/// are accepted from any.
+#[test]
+fn a_device_chunk_of_another_device_is_refused_and_nothing_moves() {
+    let mut cfg = testbed_config(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Real);
+    cfg.instance = ndma::Instance { name: "trn1-2dev", arch: Arch::V2, devices: 2 };
+    cfg.hbm_size = Some(1 << 30);
+    let tb = bounded(cfg);
+    let (d0, e0) = tb.device(0);
+    let (d1, e1) = tb.device(1);
+    let size = 8192;
+    let ours = alloc(d0, false, size, 0).unwrap();
+    let theirs = alloc(d1, false, size, 0).unwrap();
+    assert_eq!(ours.pa(), theirs.pa(), "the same HBM address on both devices");
+    let host0 = alloc(d0, true, size, 0).unwrap();
+    let host1 = alloc(d1, true, size, 0).unwrap();
+    fill_chunk(e0, &ours, 0, size, 0x11).unwrap();
+    fill_chunk(e1, &theirs, 0, size, 0x22).unwrap();
+    fill_chunk(e0, &host0, 0, size, 0x33).unwrap();
+    let foreign = |what| NdmaError::ForeignChunk { what };
+    assert_eq!(d0.memcpy_mc(&host0, &theirs, 0, 0, size), Err(foreign("destination chunk")));
+    assert_eq!(d0.memcpy_mc(&theirs, &host0, 0, 0, size), Err(foreign("source chunk")));
+    assert_eq!(foreign("x").errno(), -22);
+    assert_eq!(d0.memcpy_mc_async(&host0, &theirs, 0, 0, size, 0, CtxHandle::None), Err(foreign("destination chunk")));
+    assert_eq!(d0.copy(&Transfer::new(&theirs, &host0, size)), Err(foreign("source chunk")));
+    assert_eq!(d0.memset(&theirs, 0, 0x44, size), Err(foreign("memset chunk")));
+    let buf = d0.platform().alloc_coherent(size as usize).unwrap();
+    assert_eq!(d0.memcpy_buf_to_mc(&*buf, 0, &theirs, 0, size), Err(foreign("destination chunk")));
+    assert_eq!(d0.memcpy_buf_from_mc(&*buf, 0, &theirs, 0, size), Err(foreign("source chunk")));
+    assert!(read_vec(e0, &ours, 0, size).unwrap().iter().all(|&b| b == 0x11), "device 0's own chunk untouched");
+    assert!(read_vec(e1, &theirs, 0, size).unwrap().iter().all(|&b| b == 0x22), "device 1's chunk untouched");
+    assert!(read_vec(e0, &host0, 0, size).unwrap().iter().all(|&b| b == 0x33));
+    // A host chunk of device 1 is host memory device 0 reaches as well.
+    d0.memcpy_mc(&host1, &ours, 0, 0, size).unwrap();
+    d0.memcpy_mc(&ours, &host1, 0, 0, 4).unwrap();
+    let (used, accounted) = d0.ring_slot_accounting(0).unwrap();
+    assert_eq!((used, accounted), (0, 0));
+}

@@ -185,6 +185,14 @@ fn the_gates_refuse_before_anything_is_queued() {
         dev.zerocopy_submit(0, &far, &mc, 0, -1, true, 0, 0),
         Err(NdmaError::OutOfRange { what: "zero-copy device window", .. })
     ));
+    // A device chunk from a pool of its own names HBM the device's own chunks hold.
+    let pool = ndma::memory::MemPool::new(mc.pa(), 1 << 20, Arch::V2.pci_host_base());
+    let foreign = pool.alloc_device(8192, 0).unwrap();
+    assert_eq!(foreign.pa(), mc.pa());
+    assert_eq!(
+        dev.zerocopy_submit(0, &op, &foreign, 0, -1, true, 0, 0),
+        Err(NdmaError::ForeignChunk { what: "zero-copy device chunk" })
+    );
     assert_eq!(dev.ring_stats(0).unwrap().zc_pieces, 0, "nothing issued");
     assert_eq!(z.mm.pin_stats().fast_calls + z.mm.pin_stats().slow_calls, 0, "nothing pinned");
     submit(0, 0, 0).unwrap();

@@ -67,6 +67,8 @@ impl NeuronDevice {
     ) -> Result<CtxHandle> {
         src.check_range("source chunk", src_off, size)?;
         dst.check_range("destination chunk", dst_off, size)?;
+        self.check_own_chunk("source chunk", src)?;
+        self.check_own_chunk("destination chunk", dst)?;
         let nc = mc_pair_to_nc(src, dst);
         let cur = prev.next();
         let (s, d) = (self.mc_to_pa(src) + src_off, self.mc_to_pa(dst) + dst_off);

@@ -110,6 +110,8 @@ impl NeuronDevice {
     pub fn memcpy_mc(&self, src: &MemChunk, dst: &MemChunk, src_off: u64, dst_off: u64, size: u64) -> Result<()> {
         src.check_range("source chunk", src_off, size)?;
         dst.check_range("destination chunk", dst_off, size)?;
+        self.check_own_chunk("source chunk", src)?;
+        self.check_own_chunk("destination chunk", dst)?;
         let nc = mc_pair_to_nc(src, dst);
         // Both windows lie inside chunks borrowed for the whole call, and the copy is over (or the ring
         // re-initialised) before it returns: the memory stays the transfer's until then.
@@ -149,6 +151,7 @@ impl NeuronDevice {
     ) -> Result<()> {
         let src = self.buf_pa("source buffer", buf, buf_off, size)?;
         dst.check_range("destination chunk", dst_off, size)?;
+        self.check_own_chunk("destination chunk", dst)?;
         let nc = if dst.is_host() { 0 } else { dst.nc_id() };
         // Borrowed for the whole (synchronous) call, as in `memcpy_mc`.
         self.offset_move(nc, src, self.mc_to_pa(dst) + dst_off, size, Moves::BOTH, None)
@@ -170,6 +173,7 @@ impl NeuronDevice {
     ) -> Result<()> {
         let dst = self.buf_pa("destination buffer", buf, buf_off, size)?;
         src.check_range("source chunk", src_off, size)?;
+        self.check_own_chunk("source chunk", src)?;
         let nc = if src.is_host() { 0 } else { src.nc_id() };
         // Borrowed for the whole (synchronous) call, as in `memcpy_mc`.
         self.offset_move(nc, self.mc_to_pa(src) + src_off, dst, size, Moves::BOTH, None)

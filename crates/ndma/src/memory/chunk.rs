@@ -60,6 +60,11 @@ impl MemChunk {
         MemChunk { location, pa, size, nc_id, host, pool }
     }
 
+    /// The pool the chunk came from (and goes back to).
+    pub(super) fn pool(&self) -> &Arc<PoolShared> {
+        &self.pool
+    }
+
     /// Host or device.
     pub fn location(&self) -> MemLocation {
         self.location

@@ -101,6 +101,11 @@ impl MemPool {
         MemPool { shared: Arc::new(PoolShared { inner: Mutex::new(inner) }), pci_host_base, hbm_size }
     }
 
+    /// Did `mc` come from this pool?
+    pub(crate) fn owns(&self, mc: &MemChunk) -> bool {
+        Arc::ptr_eq(&self.shared, mc.pool())
+    }
+
     /// Allocates a host chunk of `size` bytes owned by NC `nc_id` (example on [`MemPool`]).
     ///
     /// # Errors

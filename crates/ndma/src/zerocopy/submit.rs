@@ -130,6 +130,7 @@ impl NeuronDevice {
         }
         let is_async = sequence_num != 0;
         let bit = self.zc_bit(ring, is_async)?;
+        self.check_own_chunk("zero-copy device chunk", mc)?;
         for op in ops {
             let off = mc_offset.checked_add(op.offset).ok_or(NdmaError::OutOfRange {
                 what: "zero-copy device offset",
