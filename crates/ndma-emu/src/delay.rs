@@ -18,10 +18,14 @@
 //!    one poll however long it lasts;
 //! 5. with nothing runnable anywhere (a hung queue, a plain `udelay`), spins for [`SPIN`], then yields through
 //!    short delays (it gives the core away if anyone wants it) and sleeps through all but the tail of long
-//!    ones.
+//!    ones — but a wait that has lasted more than twice the delay it asked for spins instead of yielding: on
+//!    a loaded machine one yield costs a scheduler time slice, so yielding in each of a hung queue's ~10⁵
+//!    polls of 1 µs stretched a 150 ms timeout to a minute. A wait then lasts at most about twice the
+//!    driver's busy-waiting `udelay` loop with the CPU share it gets, and still gives the core away while it
+//!    keeps to that.
 //!
 //! "This wait" is a streak: the op layer polls a marker with a series of 1 µs delays on the same word, and a
-//! thread-local remembers when the series began.
+//! thread-local remembers when the series began and how much delay it has asked for.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -108,24 +112,60 @@ impl Watch<'_> {
     }
 }
 
-thread_local! {
-    /// The current wait of this thread: (word, when it began, when its last delay returned). Cleared when a
-    /// delay sees its word.
-    static STREAK: Cell<Option<(usize, Instant, Instant)>> = const { Cell::new(None) };
+/// A thread's current wait: a series of delays on one word.
+#[derive(Debug, Clone, Copy)]
+struct Streak {
+    /// The word's address.
+    key: usize,
+    /// When the first delay of the series began.
+    began: Instant,
+    /// When the last delay returned.
+    last: Instant,
+    /// The delay the series asked for so far: where it should be, had every delay lasted exactly its length.
+    asked: Duration,
 }
 
-/// When the wait that a delay on `watch` starting `now` belongs to began.
-fn streak_start(watch: Option<Watch<'_>>, now: Instant) -> Instant {
-    let Some(w) = watch else { return now };
+thread_local! {
+    /// The current wait of this thread. Cleared when a delay sees its word.
+    static STREAK: Cell<Option<Streak>> = const { Cell::new(None) };
+}
+
+/// When the wait that a delay on `watch` starting `now` belongs to began, and how much delay it had asked for
+/// before this one.
+fn streak_start(watch: Option<Watch<'_>>, now: Instant) -> (Instant, Duration) {
+    let Some(w) = watch else { return (now, Duration::ZERO) };
     match STREAK.get() {
-        Some((key, began, last)) if key == w.key() && now.saturating_duration_since(last) < STREAK_GAP => began,
-        _ => now,
+        Some(s) if s.key == w.key() && now.saturating_duration_since(s.last) < STREAK_GAP => (s.began, s.asked),
+        _ => (now, Duration::ZERO),
     }
 }
 
-fn streak_end(watch: Option<Watch<'_>>, began: Instant, seen: bool) {
+fn streak_end(watch: Option<Watch<'_>>, began: Instant, asked: Duration, seen: bool) {
     if let Some(w) = watch {
-        STREAK.set((!seen).then(|| (w.key(), began, Instant::now())));
+        STREAK.set((!seen).then(|| Streak { key: w.key(), began, last: Instant::now(), asked }));
+    }
+}
+
+/// What a delay with nothing runnable does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdlePause {
+    /// Sleep this long (a long delay, all but its tail).
+    Sleep(Duration),
+    /// Spin briefly: early in a wait, or far behind its schedule.
+    Spin,
+    /// Give the core away if anyone wants it.
+    Yield,
+}
+
+/// The idle policy of point 5 of the module doc: `left` of this delay, `waited` since the wait began, and
+/// `asked`, the delay the wait has asked for up to now (its earlier delays, and this one as far as it went).
+fn idle_pause(left: Duration, waited: Duration, asked: Duration) -> IdlePause {
+    if left >= SLEEP_MIN {
+        IdlePause::Sleep(left - SLEEP_TAIL)
+    } else if waited < SPIN || waited > asked * 2 {
+        IdlePause::Spin
+    } else {
+        IdlePause::Yield
     }
 }
 
@@ -153,8 +193,10 @@ pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>,
         }
     }
     let now = Instant::now();
-    let deadline = now + Duration::from_micros(us);
-    let began = streak_start(watch, now);
+    let length = Duration::from_micros(us);
+    let deadline = now + length;
+    let start = now;
+    let (began, asked_before) = streak_start(watch, now);
     let seen = loop {
         if early && watch.is_some_and(|w| w.holds()) {
             break true;
@@ -177,32 +219,20 @@ pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>,
             }
             // An engine is executing (or about to): spin, it is on another core or will be soon.
             Assist::Busy | Assist::Pending => spin(),
-            Assist::Idle => {
-                let left = deadline - now;
-                if left >= SLEEP_MIN {
-                    std::thread::sleep(left - SLEEP_TAIL);
-                } else {
-                    pause(waited);
-                }
-            }
+            Assist::Idle => match idle_pause(deadline - now, waited, asked_before + (now - start).min(length)) {
+                IdlePause::Sleep(d) => std::thread::sleep(d),
+                IdlePause::Spin => spin(),
+                IdlePause::Yield => std::thread::yield_now(),
+            },
         }
     };
-    streak_end(watch, began, seen);
+    streak_end(watch, began, asked_before + length, seen);
     seen
 }
 
 fn spin() {
     for _ in 0..16 {
         std::hint::spin_loop();
-    }
-}
-
-/// With nothing runnable: spin early in a wait, yield later.
-fn pause(waited: Duration) {
-    if waited < SPIN {
-        spin();
-    } else {
-        std::thread::yield_now();
     }
 }
 
@@ -216,4 +246,42 @@ fn sleep_until_batch_end(engines: &Engines, watch: Option<Watch<'_>>) {
         return;
     }
     crate::sync::park_timeout(PARK_CAP);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_wait_spins_early_yields_on_schedule_and_spins_behind_it() {
+        let us = Duration::from_micros;
+        // Long delays sleep all but their tail, early or late, on schedule or not.
+        assert_eq!(idle_pause(us(500), us(0), us(0)), IdlePause::Sleep(us(400)));
+        assert_eq!(idle_pause(us(500), us(9000), us(10)), IdlePause::Sleep(us(400)));
+        // Short ones spin for the first SPIN of a wait…
+        assert_eq!(idle_pause(us(1), us(3), us(0)), IdlePause::Spin);
+        // …then yield while the wait has lasted at most twice what it asked for (a poll loop's overhead)…
+        assert_eq!(idle_pause(us(1), us(50), us(40)), IdlePause::Yield);
+        assert_eq!(idle_pause(us(1), us(80), us(40)), IdlePause::Yield);
+        // …and spin once it is further behind (a yield that cost a time slice): no compounding under load.
+        assert_eq!(idle_pause(us(1), us(81), us(40)), IdlePause::Spin);
+        assert_eq!(idle_pause(us(1), us(3000), us(40)), IdlePause::Spin);
+    }
+
+    #[test]
+    fn a_streak_accumulates_the_delay_it_asked_for_and_ends_when_its_word_holds() {
+        let word = AtomicU32::new(0);
+        let watch = Some(Watch { word: &word, value: 1 });
+        let t0 = Instant::now();
+        assert_eq!(streak_start(watch, t0), (t0, Duration::ZERO), "a first delay begins a wait");
+        streak_end(watch, t0, Duration::from_micros(7), false);
+        let next = STREAK.get().expect("the wait goes on").last;
+        assert_eq!(streak_start(watch, next), (t0, Duration::from_micros(7)), "the next delay continues it");
+        let other = AtomicU32::new(0);
+        let w2 = Some(Watch { word: &other, value: 1 });
+        assert_eq!(streak_start(w2, next), (next, Duration::ZERO), "another word is another wait");
+        assert_eq!(streak_start(watch, next + STREAK_GAP), (next + STREAK_GAP, Duration::ZERO), "a gap ends it");
+        streak_end(watch, t0, Duration::from_micros(8), true);
+        assert!(STREAK.get().is_none(), "seen: the wait is over");
+    }
 }
