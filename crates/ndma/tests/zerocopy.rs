@@ -53,6 +53,17 @@ impl Zc {
         self.mm.map(&MapSpec::new(pages, placement)).expect("map")
     }
 
+    /// `pages` user pages on scattered frames (`seed`) holding pattern `seed`, and a device chunk as large
+    /// filled with [`DST_FILL`]: the user address, the pattern and the chunk.
+    fn source_and_target(&self, pages: u64, seed: u64) -> (u64, Vec<u8>, Arc<MemChunk>) {
+        let va = self.map(pages as usize, Placement::Scattered { seed });
+        let data = pattern(seed, 0, (pages * PAGE) as usize);
+        self.mm.write(va, &data).unwrap();
+        let mc = alloc(self.dev(), false, pages * PAGE, 0).unwrap();
+        write_chunk(self.emu(), &mc, 0, &vec![DST_FILL; (pages * PAGE) as usize]).unwrap();
+        (va, data, mc)
+    }
+
     /// Nothing pinned, nothing queued, no completion held back, every ring's slots accounted for.
     fn assert_no_leaks(&self, what: &str) {
         let leak = self.tb.emu.host().frames().leak_check();
@@ -502,11 +513,7 @@ fn requests_already_over_complete_in_order_behind_those_in_flight() {
     let cq = z.cq();
     // No pin budget: the first request stays queued, unpinned, until the budget is raised.
     dev.set_zerocopy_pin_budget(0);
-    let va = z.map(16, Placement::Scattered { seed: 9 });
-    let data = pattern(41, 0, 16 * PAGE as usize);
-    z.mm.write(va, &data).unwrap();
-    let mc = alloc(dev, false, 16 * PAGE, 0).unwrap();
-    write_chunk(emu, &mc, 0, &vec![DST_FILL; 16 * PAGE as usize]).unwrap();
+    let (va, data, mc) = z.source_and_target(16, 9);
     let op = BatchOp { offset: 0, size: 16 * PAGE, buffer: va };
     dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 1, 10).unwrap();
     dev.zerocopy_submit_completed(0, -1, 2, -5, 20).unwrap();
@@ -540,11 +547,7 @@ fn a_refused_request_does_not_drain_an_accepted_one_with_the_same_sequence_numbe
     let cq = z.cq();
     // No pin budget: every piece stays queued, unpinned, until the budget is raised.
     dev.set_zerocopy_pin_budget(0);
-    let va = z.map(4, Placement::Scattered { seed: 12 });
-    let data = pattern(43, 0, 4 * PAGE as usize);
-    z.mm.write(va, &data).unwrap();
-    let mc = alloc(dev, false, 4 * PAGE, 0).unwrap();
-    write_chunk(emu, &mc, 0, &vec![DST_FILL; 4 * PAGE as usize]).unwrap();
+    let (va, data, mc) = z.source_and_target(4, 12);
     // Request A (sequence 5): two pieces, one op per page.
     let page = |k: u64| BatchOp { offset: k * PAGE, size: PAGE, buffer: va + k * PAGE };
     dev.zerocopy_submit(0, &[page(0), page(1)], &mc, 0, -1, true, 5, 50).unwrap();
@@ -673,10 +676,7 @@ fn a_sync_request_over_the_pin_budget_makes_room_from_its_own_pieces() {
         let z = Zc::new(Arch::V3, exec);
         let dev = z.dev();
         let pages = 1024u64;
-        let va = z.map(pages as usize, Placement::Scattered { seed: 31 });
-        let data = pattern(51, 0, (pages * PAGE) as usize);
-        z.mm.write(va, &data).unwrap();
-        let mc = alloc(dev, false, pages * PAGE, 0).unwrap();
+        let (va, data, mc) = z.source_and_target(pages, 31);
         let op = BatchOp { offset: 0, size: pages * PAGE, buffer: va };
         dev.set_zerocopy_pin_budget(0);
         assert_eq!(dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0), Err(NdmaError::QueueFull { nc: 0 }));
@@ -699,10 +699,7 @@ fn a_sync_request_behind_deferred_async_pieces_completes_them_in_order() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
     let (dev, emu) = (z.dev(), z.emu());
     let cq = z.cq();
-    let va = z.map(8, Placement::Scattered { seed: 32 });
-    let data = pattern(52, 0, 8 * PAGE as usize);
-    z.mm.write(va, &data).unwrap();
-    let mc = alloc(dev, false, 8 * PAGE, 0).unwrap();
+    let (va, data, mc) = z.source_and_target(8, 32);
     dev.set_zerocopy_pin_budget(0);
     let first = BatchOp { offset: 0, size: 4 * PAGE, buffer: va };
     dev.zerocopy_submit(0, &[first], &mc, 0, -1, true, 9, 90).unwrap();
