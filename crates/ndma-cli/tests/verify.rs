@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use ndma::Instance;
+use ndma::{Instance, Platform, ResetClock};
 use ndma_cli::verify::buffers::Side;
 use ndma_cli::verify::campaign::{self, Selection};
 use ndma_cli::verify::check::{self, Clues, Expect, Region};
@@ -383,6 +383,32 @@ fn a_failed_async_zero_copy_request_leaves_no_write_in_flight() {
     assert!(t.passed(), "{:#?}", t.failures);
 }
 
+/// Whether a reset window outlasted an operation (so `RetryExhausted` is an expected outcome) is judged at
+/// the operation's return: a campaign on a loaded machine (`--instance all --seed 20261204 --threads 3
+/// --fault-rate 0.2`, operation 22 491) called a 4 KiB async d2d that exhausted its replays inside an 18-jiffy
+/// window "a timeout nobody injected", its thread descheduled between the return and the observation.
+#[test]
+fn a_reset_window_outlasts_an_operation_by_its_return_not_by_when_it_is_observed() {
+    use ndma_cli::verify::fault::{self, FaultSpec, RESET_SLACK_JIFFIES};
+    use ndma_cli::verify::path::Bed;
+    use ndma_emu::test_utils::testbed;
+    use ndma_emu::{ClockKind, ExecPolicy, OrderingMode};
+
+    let tb = testbed(udma::Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let bed = Bed { dev, emu };
+    let spec = FaultSpec { kind: FaultKind::ResetWindow, param: 5, all_engines: false };
+    for (seed, after_end, outlasted) in [(1, RESET_SLACK_JIFFIES, true), (2, RESET_SLACK_JIFFIES + 1, false)] {
+        let armed = fault::arm(bed, spec, seed, 0).unwrap();
+        // Observed well after the window and its slack…
+        tb.platform.advance_us((RESET_SLACK_JIFFIES + 20) * 1000);
+        let (start, end) = emu.reset_times(0);
+        assert!(end > start && tb.platform.jiffies() > end + RESET_SLACK_JIFFIES, "the window is long over");
+        // …but returned `after_end` jiffies after its end.
+        assert_eq!(armed.observe(bed, 0, end + after_end).reset_outlasted_op, outlasted, "{after_end} after");
+    }
+}
+
 /// A V2 reset window is met when its queue hung in it, and then the op layer must have replayed; a window
 /// that ended before the work reached the engine met nothing and is no miss. A campaign on a loaded machine
 /// (`--instance all --seed 90210 --threads 3`, operation 17 650) reported "no reset-window retry on V2" for an
@@ -407,7 +433,7 @@ fn a_v2_reset_window_is_judged_by_whether_its_queue_hung() {
     w.copy_all().unwrap();
     w.verify("after the window", true).unwrap();
     assert_eq!(retries(), 0);
-    let o = armed.observe(bed, 0);
+    let o = armed.observe(bed, 0, tb.platform.jiffies());
     assert!(!o.hit);
     assert_eq!(o.missed, None, "a window the work never met is no miss");
 
@@ -418,7 +444,7 @@ fn a_v2_reset_window_is_judged_by_whether_its_queue_hung() {
     let replayed = retries();
     assert!(replayed > 0);
     tb.platform.advance_us(1_000);
-    let o = armed.observe(bed, replayed);
+    let o = armed.observe(bed, replayed, tb.platform.jiffies());
     assert!(o.hit, "{:?}", o.missed);
     assert_eq!(o.missed, None);
 
@@ -427,7 +453,7 @@ fn a_v2_reset_window_is_judged_by_whether_its_queue_hung() {
     w.copy_all().unwrap();
     assert!(retries() > replayed);
     tb.platform.advance_us(1_000);
-    let o = armed.observe(bed, 0);
+    let o = armed.observe(bed, 0, tb.platform.jiffies());
     assert!(!o.hit);
     assert_eq!(
         o.missed.as_deref(),

@@ -43,11 +43,12 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
     let started = bed.dev.platform().jiffies();
     let ran = catch_unwind(AssertUnwindSafe(|| path::run(bed, spec, &prep)));
     rec.elapsed = t0.elapsed();
+    let returned = bed.dev.platform().jiffies();
     let retries = before.as_ref().map_or(0, |b| {
         let now = bed.dev.ring_stats(spec.nc()).map_or(0, |s| s.retries);
         now.saturating_sub(b.get(&spec.nc()).map_or(0, |s| s.retries))
     });
-    let mut observed = armed.map(|a| a.observe(bed, retries));
+    let mut observed = armed.map(|a| a.observe(bed, retries, returned));
     match ran {
         Ok(ran) => {
             if let (Some(o), Some(f)) = (observed.as_mut(), spec.fault) {

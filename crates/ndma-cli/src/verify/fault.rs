@@ -193,8 +193,9 @@ pub struct Observed {
     /// Faults the engine recorded meanwhile.
     pub device_faults: Vec<DmaFault>,
     /// A reset window: still in progress when the operation returned, or over for at most
-    /// [`RESET_SLACK_JIFFIES`] — so a retry bounded by [`ndma::MAX_RESET_WINDOW_REPLAYS`] may have run out
-    /// inside it.
+    /// [`RESET_SLACK_JIFFIES`] then — so a retry bounded by [`ndma::MAX_RESET_WINDOW_REPLAYS`] may have run out
+    /// inside it. Judged at the operation's return, not at this observation: the thread may be descheduled
+    /// between the two.
     pub reset_outlasted_op: bool,
 }
 
@@ -258,8 +259,8 @@ pub fn arm(bed: Bed<'_>, spec: FaultSpec, op_seed: u64, nc: u32) -> CliResult<Ar
 impl Armed {
     /// After the operation: what the fault did, then the plan emptied, a reset window waited out (so the next
     /// operation cannot start inside it) and the engine's fault log taken. `retries` is the ring's V2
-    /// reset-window retries during the operation.
-    pub fn observe(self, bed: Bed<'_>, retries: u64) -> Observed {
+    /// reset-window retries during the operation, `returned` the platform's jiffies when it returned.
+    pub fn observe(self, bed: Bed<'_>, retries: u64, returned: u64) -> Observed {
         let plan = bed.emu.fault_plan();
         let left = plan.entries();
         plan.clear();
@@ -269,7 +270,7 @@ impl Armed {
         let v2 = bed.dev.dhal().retry_memcpy();
         let reset_outlasted_op = self.spec.kind == FaultKind::ResetWindow && {
             let (start, end) = bed.emu.reset_times(self.nc);
-            end <= start || bed.dev.platform().jiffies() <= end + RESET_SLACK_JIFFIES
+            end <= start || returned <= end + RESET_SLACK_JIFFIES
         };
         let (hit, why) = match self.spec.kind {
             // One-shot entries leave the plan when they fire.
