@@ -440,6 +440,19 @@ impl NeuronDevice {
         }
     }
 
+    /// The device address of `size` bytes at `offset` in `mc` (`what` in errors), once the window lies inside
+    /// the chunk and the chunk can be DMAed here ([`NeuronDevice::check_own_chunk`]): what every copy entry
+    /// point that takes a chunk asks before it stages anything.
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::OutOfRange`], [`NdmaError::ForeignChunk`].
+    pub(crate) fn chunk_window(&self, what: &'static str, mc: &MemChunk, offset: u64, size: u64) -> Result<u64> {
+        mc.check_range(what, offset, size)?;
+        self.check_own_chunk(what, mc)?;
+        Ok(self.mc_to_pa(mc) + offset)
+    }
+
     /// The PA rule (`ndma_mc_to_pa`): host chunk → host PA | `pci_host_base`; device chunk → its PA.
     ///
     /// ```

@@ -32,11 +32,11 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// [`crate::NdmaError::OutOfRange`] when the window falls outside the chunk (nothing written); otherwise
+    /// [`crate::NdmaError::OutOfRange`] when the window falls outside the chunk, [`crate::NdmaError::ForeignChunk`]
+    /// for a device chunk of another device (nothing written either way); otherwise
     /// as [`NeuronDevice::memcpy`].
     pub fn memset(&self, mc: &MemChunk, offset: u64, value: u8, size: u64) -> Result<()> {
-        mc.check_range("memset window", offset, size)?;
-        self.check_own_chunk("memset chunk", mc)?;
+        let pa = self.chunk_window("memset window", mc, offset, size)?;
         if size == 0 {
             return Ok(());
         }
@@ -46,7 +46,6 @@ impl NeuronDevice {
         self.memcpy_mc(&self.memset_mc, mc, 0, offset, first)?;
         let rest = size - first;
         if rest > 0 {
-            let pa = self.mc_to_pa(mc) + offset;
             // The chunk's own NC for both steps (the first copy's NC is the destination's, `mc_pair_to_nc`).
             self.offset_move(mc.nc_id(), pa, pa + first, rest, Moves { smove: false, dmove: true }, None)?;
         }

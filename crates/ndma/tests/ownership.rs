@@ -269,7 +269,7 @@ fn a_device_chunk_of_another_device_is_refused_and_nothing_moves() {
     assert_eq!(foreign("x").errno(), -22);
     assert_eq!(d0.memcpy_mc_async(&host0, &theirs, 0, 0, size, 0, CtxHandle::None), Err(foreign("destination chunk")));
     assert_eq!(d0.copy(&Transfer::new(&theirs, &host0, size)), Err(foreign("source chunk")));
-    assert_eq!(d0.memset(&theirs, 0, 0x44, size), Err(foreign("memset chunk")));
+    assert_eq!(d0.memset(&theirs, 0, 0x44, size), Err(foreign("memset window")));
     let buf = d0.platform().alloc_coherent(size as usize).unwrap();
     assert_eq!(d0.memcpy_buf_to_mc(&*buf, 0, &theirs, 0, size), Err(foreign("destination chunk")));
     assert_eq!(d0.memcpy_buf_from_mc(&*buf, 0, &theirs, 0, size), Err(foreign("source chunk")));

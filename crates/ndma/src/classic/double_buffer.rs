@@ -50,8 +50,9 @@ impl NeuronDevice {
     /// # Errors
     ///
     /// [`NdmaError::AsyncTooLarge`] for more than one batch (2031 × 64 KiB), [`NdmaError::OutOfRange`],
-    /// [`NdmaError::ContextNotInUse`] when `prev` has no transfer, [`NdmaError::ContextInUse`] (`-EBUSY`) when
-    /// the next context still holds one — all before anything is staged or released — [`NdmaError::Aborted`]
+    /// [`NdmaError::ForeignChunk`], [`NdmaError::ContextNotInUse`] when `prev` has no transfer,
+    /// [`NdmaError::ContextInUse`] (`-EBUSY`) when the next context still holds one — all before anything is
+    /// staged or released — [`NdmaError::Aborted`]
     /// when `prev` was abandoned by a ring re-initialisation (nothing staged, `prev` released), and the wait's
     /// errors (both contexts released, the ring re-initialised and usable).
     #[allow(clippy::too_many_arguments)]
@@ -65,13 +66,10 @@ impl NeuronDevice {
         prefetch_addr: u64,
         prev: CtxHandle,
     ) -> Result<CtxHandle> {
-        src.check_range("source chunk", src_off, size)?;
-        dst.check_range("destination chunk", dst_off, size)?;
-        self.check_own_chunk("source chunk", src)?;
-        self.check_own_chunk("destination chunk", dst)?;
+        let s = self.chunk_window("source chunk", src, src_off, size)?;
+        let d = self.chunk_window("destination chunk", dst, dst_off, size)?;
         let nc = mc_pair_to_nc(src, dst);
         let cur = prev.next();
-        let (s, d) = (self.mc_to_pa(src) + src_off, self.mc_to_pa(dst) + dst_off);
         let prefetch = (prefetch_addr != 0).then_some(prefetch_addr);
         if cur == CtxHandle::Sync {
             // The chunks are borrowed for the whole synchronous call.

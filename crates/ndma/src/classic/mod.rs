@@ -106,16 +106,15 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::OutOfRange`] when a window falls outside its chunk; otherwise as [`NeuronDevice::memcpy`].
+    /// [`NdmaError::OutOfRange`] when a window falls outside its chunk, [`NdmaError::ForeignChunk`] for a
+    /// device chunk of another device (nothing staged either way); otherwise as [`NeuronDevice::memcpy`].
     pub fn memcpy_mc(&self, src: &MemChunk, dst: &MemChunk, src_off: u64, dst_off: u64, size: u64) -> Result<()> {
-        src.check_range("source chunk", src_off, size)?;
-        dst.check_range("destination chunk", dst_off, size)?;
-        self.check_own_chunk("source chunk", src)?;
-        self.check_own_chunk("destination chunk", dst)?;
+        let s = self.chunk_window("source chunk", src, src_off, size)?;
+        let d = self.chunk_window("destination chunk", dst, dst_off, size)?;
         let nc = mc_pair_to_nc(src, dst);
         // Both windows lie inside chunks borrowed for the whole call, and the copy is over (or the ring
         // re-initialised) before it returns: the memory stays the transfer's until then.
-        self.offset_move(nc, self.mc_to_pa(src) + src_off, self.mc_to_pa(dst) + dst_off, size, Moves::BOTH, None)
+        self.offset_move(nc, s, d, size, Moves::BOTH, None)
     }
 
     /// `ndma_memcpy_buf_to_mc`: copy from a host DMA buffer into a chunk, on the chunk's NC (NC 0 for a host
@@ -139,7 +138,8 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::OutOfRange`] when a window falls outside the buffer or chunk; otherwise as
+    /// [`NdmaError::OutOfRange`] when a window falls outside the buffer or chunk, [`NdmaError::ForeignChunk`]
+    /// for a device chunk of another device; otherwise as
     /// [`NeuronDevice::memcpy`].
     pub fn memcpy_buf_to_mc(
         &self,
@@ -150,11 +150,10 @@ impl NeuronDevice {
         size: u64,
     ) -> Result<()> {
         let src = self.buf_pa("source buffer", buf, buf_off, size)?;
-        dst.check_range("destination chunk", dst_off, size)?;
-        self.check_own_chunk("destination chunk", dst)?;
+        let d = self.chunk_window("destination chunk", dst, dst_off, size)?;
         let nc = if dst.is_host() { 0 } else { dst.nc_id() };
         // Borrowed for the whole (synchronous) call, as in `memcpy_mc`.
-        self.offset_move(nc, src, self.mc_to_pa(dst) + dst_off, size, Moves::BOTH, None)
+        self.offset_move(nc, src, d, size, Moves::BOTH, None)
     }
 
     /// `ndma_memcpy_buf_from_mc`: copy from a chunk into a host DMA buffer, on the chunk's NC (NC 0 for a
@@ -172,11 +171,10 @@ impl NeuronDevice {
         size: u64,
     ) -> Result<()> {
         let dst = self.buf_pa("destination buffer", buf, buf_off, size)?;
-        src.check_range("source chunk", src_off, size)?;
-        self.check_own_chunk("source chunk", src)?;
+        let s = self.chunk_window("source chunk", src, src_off, size)?;
         let nc = if src.is_host() { 0 } else { src.nc_id() };
         // Borrowed for the whole (synchronous) call, as in `memcpy_mc`.
-        self.offset_move(nc, self.mc_to_pa(src) + src_off, dst, size, Moves::BOTH, None)
+        self.offset_move(nc, s, dst, size, Moves::BOTH, None)
     }
 
     fn buf_pa(&self, what: &'static str, buf: &dyn DmaMemory, off: u64, size: u64) -> Result<u64> {
