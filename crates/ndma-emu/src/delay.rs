@@ -192,11 +192,10 @@ pub(crate) fn wait(engines: Option<&Engines>, us: u64, watch: Option<Watch<'_>>,
             }
         }
     }
-    let now = Instant::now();
+    let start = Instant::now();
     let length = Duration::from_micros(us);
-    let deadline = now + length;
-    let start = now;
-    let (began, asked_before) = streak_start(watch, now);
+    let deadline = start + length;
+    let (began, asked_before) = streak_start(watch, start);
     let seen = loop {
         if early && watch.is_some_and(|w| w.holds()) {
             break true;
