@@ -17,7 +17,7 @@ use ndma_cli::verify::check::{self, Clues, Expect, Region};
 use ndma_cli::verify::config::{Bound, Budgets, Config, Engines, FaultMode, Ordering};
 use ndma_cli::verify::fault::FaultKind;
 use ndma_cli::verify::op::{DrawContext, OpSpec};
-use ndma_cli::verify::path::PathKind;
+use ndma_cli::verify::path::{Bed, PathKind};
 use ndma_cli::verify::pattern::Pattern;
 use ndma_cli::verify::replay;
 use ndma_cli::verify::summary::Tally;
@@ -383,21 +383,26 @@ fn a_failed_async_zero_copy_request_leaves_no_write_in_flight() {
     assert!(t.passed(), "{:#?}", t.failures);
 }
 
+/// A V2 device on inline engines and a fake clock, and a 5-jiffy reset-window fault for it.
+fn v2_reset_window_bed() -> (ndma_emu::Testbed, ndma_cli::verify::fault::FaultSpec) {
+    use ndma_emu::{ClockKind, ExecPolicy, OrderingMode};
+    let tb =
+        ndma_emu::test_utils::testbed(udma::Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let spec = ndma_cli::verify::fault::FaultSpec { kind: FaultKind::ResetWindow, param: 5, all_engines: false };
+    (tb, spec)
+}
+
 /// Whether a reset window outlasted an operation (so `RetryExhausted` is an expected outcome) is judged at
 /// the operation's return: a campaign on a loaded machine (`--instance all --seed 20261204 --threads 3
 /// --fault-rate 0.2`, operation 22 491) called a 4 KiB async d2d that exhausted its replays inside an 18-jiffy
 /// window "a timeout nobody injected", its thread descheduled between the return and the observation.
 #[test]
 fn a_reset_window_outlasts_an_operation_by_its_return_not_by_when_it_is_observed() {
-    use ndma_cli::verify::fault::{self, FaultSpec, RESET_SLACK_JIFFIES};
-    use ndma_cli::verify::path::Bed;
-    use ndma_emu::test_utils::testbed;
-    use ndma_emu::{ClockKind, ExecPolicy, OrderingMode};
+    use ndma_cli::verify::fault::{self, RESET_SLACK_JIFFIES};
 
-    let tb = testbed(udma::Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (tb, spec) = v2_reset_window_bed();
     let (dev, emu) = tb.device(0);
     let bed = Bed { dev, emu };
-    let spec = FaultSpec { kind: FaultKind::ResetWindow, param: 5, all_engines: false };
     for (seed, after_end, outlasted) in [(1, RESET_SLACK_JIFFIES, true), (2, RESET_SLACK_JIFFIES + 1, false)] {
         let armed = fault::arm(bed, spec, seed, 0).unwrap();
         // Observed well after the window and its slack…
@@ -415,15 +420,12 @@ fn a_reset_window_outlasts_an_operation_by_its_return_not_by_when_it_is_observed
 /// operation whose thread was descheduled past an 11-jiffy window between arming it and the doorbell.
 #[test]
 fn a_v2_reset_window_is_judged_by_whether_its_queue_hung() {
-    use ndma_cli::verify::fault::{self, FaultSpec};
-    use ndma_cli::verify::path::Bed;
-    use ndma_emu::test_utils::{testbed, Window};
-    use ndma_emu::{ClockKind, ExecPolicy, OrderingMode};
+    use ndma_cli::verify::fault;
+    use ndma_emu::test_utils::Window;
 
-    let tb = testbed(udma::Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (tb, spec) = v2_reset_window_bed();
     let (dev, emu) = tb.device(0);
     let bed = Bed { dev, emu };
-    let spec = FaultSpec { kind: FaultKind::ResetWindow, param: 5, all_engines: false };
     let w = Window::new(dev, emu, Dir::H2d, 10_000, 0, 1).unwrap();
     let retries = || dev.ring_stats(0).unwrap().retries;
 
