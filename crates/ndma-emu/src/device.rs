@@ -68,6 +68,8 @@ pub struct EmuDevice {
     core: Arc<DeviceCore>,
     bar0: Bar0Map,
     arch: Arch,
+    /// An op layer holds the device ([`crate::DeviceClaim`]).
+    claimed: AtomicBool,
 }
 
 impl EmuDevice {
@@ -97,7 +99,7 @@ impl EmuDevice {
             activity,
             escapes: crate::escape::EscapeWatch::default(),
         };
-        Ok(EmuDevice { core: Arc::new(core), bar0: Bar0Map::new(arch), arch })
+        Ok(EmuDevice { core: Arc::new(core), bar0: Bar0Map::new(arch), arch, claimed: AtomicBool::new(false) })
     }
 
     /// What the engines share (for the system's platform).
@@ -108,6 +110,25 @@ impl EmuDevice {
     /// Stops and joins this device's engine workers. Later doorbells execute inline on the caller's thread.
     pub fn shutdown(&self) {
         self.core.shutdown();
+    }
+
+    /// Is an op layer bound to the device (a [`crate::DeviceClaim`] lives)?
+    pub fn is_claimed(&self) -> bool {
+        // Acquire: pairs with the Release of `release_claim` (a reader that sees the device free sees the
+        // previous op layer's teardown).
+        self.claimed.load(Ordering::Acquire)
+    }
+
+    /// Takes the claim; false when it is held.
+    pub(crate) fn try_claim(&self) -> bool {
+        // Acquire: the previous holder's teardown (its release) happens-before the new op layer's bring-up.
+        self.claimed.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    /// Gives the claim back.
+    pub(crate) fn release_claim(&self) {
+        // Release: everything the op layer did to the device comes before the next claim's Acquire.
+        self.claimed.store(false, Ordering::Release);
     }
 
     /// Index in the system.

@@ -60,6 +60,12 @@ pub enum EmuError {
     /// A configuration the model cannot build.
     #[error("invalid emulator configuration: {0}")]
     InvalidConfig(&'static str),
+    /// The device is bound to an op layer already ([`crate::DeviceClaim`]).
+    #[error("device {device} is already bound to an op layer")]
+    DeviceClaimed {
+        /// The device's index.
+        device: usize,
+    },
     /// An engine id the arch does not have.
     #[error("engine {engine} does not exist (the device has {num_engines})")]
     NoSuchEngine {
@@ -77,6 +83,7 @@ impl EmuError {
         -match self {
             EmuError::Map { .. } | EmuError::OutOfMemory { .. } => udma::errno::ENOMEM,
             EmuError::OutOfBounds { .. } => udma::errno::EFAULT,
+            EmuError::DeviceClaimed { .. } => udma::errno::EBUSY,
             EmuError::InvalidAlloc { .. }
             | EmuError::BadFree { .. }
             | EmuError::InvalidConfig(_)
@@ -101,6 +108,7 @@ mod tests {
             (EmuError::BadFree { what: "HBM", pa: 0, len: 1 }, -22),
             (EmuError::InvalidConfig("no devices"), -22),
             (EmuError::NoSuchEngine { engine: 40, num_engines: 34 }, -22),
+            (EmuError::DeviceClaimed { device: 3 }, -16),
         ];
         for (e, want) in cases {
             assert_eq!(e.errno(), want, "{e}");

@@ -23,6 +23,7 @@ mod activity;
 mod addr_map;
 mod bar0;
 mod bulk;
+mod claim;
 mod clock;
 mod copy;
 mod delay;
@@ -55,6 +56,7 @@ pub mod test_utils;
 
 pub use addr_map::Space;
 pub use bar0::engine_state;
+pub use claim::DeviceClaim;
 pub use clock::{ClockKind, HZ};
 pub use delay::WaitTiming;
 pub use device::EmuDevice;

@@ -8,7 +8,7 @@ use ndma::{DeviceHw, Instance, NeuronDevice, System};
 use crate::clock::ClockKind;
 use crate::delay::WaitTiming;
 use crate::platform::EmuPlatform;
-use crate::{EmuConfig, EmuDevice, EmuError, EmuSystem, ExecPolicy, OrderingMode};
+use crate::{DeviceClaim, EmuConfig, EmuDevice, EmuError, EmuSystem, ExecPolicy, OrderingMode};
 
 /// How to build a [`Testbed`].
 #[derive(Debug, Clone)]
@@ -94,7 +94,7 @@ impl Testbed {
         let platform = Arc::clone(emu.platform());
         platform.set_emulation(cfg.emulation_budgets);
         platform.set_timing(cfg.timing);
-        let hw = emu.devices().iter().map(device_hw).collect();
+        let hw = emu.devices().iter().map(device_hw).collect::<Result<_, _>>()?;
         let system = System::new(cfg.instance.arch, platform.clone(), hw)?;
         Ok(Testbed { system, platform, emu })
     }
@@ -109,14 +109,34 @@ impl Testbed {
     }
 }
 
-/// What the op layer needs of one emulated device.
-pub fn device_hw(dev: &Arc<EmuDevice>) -> DeviceHw {
-    DeviceHw {
+/// What the op layer needs of one emulated device, binding the device to that op layer: its BAR0 is a
+/// [`DeviceClaim`], and the device is free again once the op layer (every clone of the `DeviceHw`) is gone.
+///
+/// ```
+/// use ndma_emu::{device_hw, EmuConfig, EmuError, EmuSystem};
+///
+/// let model = EmuSystem::new(EmuConfig { host_dram_size: 1 << 24, ..EmuConfig::new(udma::Arch::V3) })?;
+/// let dev = model.device(0);
+/// let hw = device_hw(dev)?;
+/// assert!(dev.is_claimed());
+/// let again = device_hw(dev).err().expect("one op layer at a time");
+/// assert!(matches!(again, EmuError::DeviceClaimed { device: 0 }));
+/// assert_eq!(again.errno(), -16);
+/// drop(hw);
+/// assert!(!dev.is_claimed() && device_hw(dev).is_ok());
+/// # Ok::<(), EmuError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`EmuError::DeviceClaimed`] (`-EBUSY`) while another op layer holds the device.
+pub fn device_hw(dev: &Arc<EmuDevice>) -> Result<DeviceHw, EmuError> {
+    Ok(DeviceHw {
         arch: dev.arch(),
-        bar0: dev.clone(),
+        bar0: Arc::new(DeviceClaim::bind(dev)?),
         hbm_base: dev.hbm().base(),
         hbm_size: dev.hbm().size(),
         resets: Some(dev.clone()),
         nc_map: ndma::ALL_NCS,
-    }
+    })
 }

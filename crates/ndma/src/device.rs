@@ -24,13 +24,16 @@ pub const MEMSET_HOST_BUF_SIZE: u64 = udma::MAX_DMA_DESC_SIZE as u64;
 /// ```
 /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
 /// # let (model, platform) = doctest::model(udma::Arch::V2, 1); // a device model and its platform
+/// use std::sync::Arc;
+///
 /// use ndma::{DeviceHw, NdmaError, System};
+/// use ndma_emu::DeviceClaim;
 /// use udma::Arch;
 ///
 /// let emu = &model.devices()[0];
 /// let hw = DeviceHw {
 ///     arch: Arch::V2,
-///     bar0: emu.clone(),
+///     bar0: Arc::new(DeviceClaim::bind(emu).expect("no other op layer holds the device")),
 ///     hbm_base: emu.hbm().base(),
 ///     hbm_size: emu.hbm().size(),
 ///     resets: None,   // no NeuronCore reset model: the V2 reset-window retry never fires
@@ -88,7 +91,7 @@ pub const ALL_NCS: u64 = u64::MAX;
 /// // NC 0 was reset from jiffy 10 to 20; NC 1 never was.
 /// *resets.0.lock().unwrap() = vec![(10, 20), (0, 0)];
 /// let emu = &model.devices()[0];
-/// let hw = DeviceHw { resets: Some(resets), nc_map: ALL_NCS, ..ndma_emu::device_hw(emu) };
+/// let hw = DeviceHw { resets: Some(resets), nc_map: ALL_NCS, ..ndma_emu::device_hw(emu).expect("free") };
 /// let system = System::new(udma::Arch::V2, platform, vec![hw])?;
 /// let dev = system.device(0).unwrap();
 /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);

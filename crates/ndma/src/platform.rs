@@ -113,7 +113,7 @@ pub trait UserMm: Send + Sync {
 /// }
 ///
 /// let platform = Arc::new(Counting { inner: model_platform, delays: AtomicU64::new(0) });
-/// let hw = model.devices().iter().map(ndma_emu::device_hw).collect();
+/// let hw = model.devices().iter().map(|d| ndma_emu::device_hw(d).expect("free")).collect();
 /// let system = System::new(udma::Arch::V2, Arc::<Counting>::clone(&platform), hw)?;
 /// let dev = system.device(0).unwrap();
 /// let (src, dst) = (dev.alloc_host(4096, 0)?, dev.alloc_device(4096, 0)?);

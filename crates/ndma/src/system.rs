@@ -42,7 +42,7 @@ impl Registry {
 /// use ndma::{NdmaError, System};
 /// use udma::Arch;
 ///
-/// let hw: Vec<_> = model.devices().iter().map(ndma_emu::device_hw).collect();
+/// let hw: Vec<_> = model.devices().iter().map(|d| ndma_emu::device_hw(d).expect("free")).collect();
 /// // The generation is declared, and checked against what each device reports.
 /// let err = System::new(Arch::V2, Arc::clone(&platform), hw.clone()).unwrap_err();
 /// assert_eq!(err, NdmaError::ArchMismatch { device: 0, declared: Arch::V2, found: Arch::V3 });

@@ -51,7 +51,7 @@ impl NeuronDevice {
     /// # let (model, platform) = doctest::model(udma::Arch::V2, 3); // a three-device model and its platform
     /// use ndma::System;
     ///
-    /// let hw = model.devices().iter().map(ndma_emu::device_hw).collect();
+    /// let hw = model.devices().iter().map(|d| ndma_emu::device_hw(d).expect("free")).collect();
     /// let system = System::new(udma::Arch::V2, platform, hw)?;
     /// let (dev0, dev2) = (system.device(0).unwrap(), system.device(2).unwrap());
     /// let on_dev2 = dev2.alloc_host(8192, 0)?;

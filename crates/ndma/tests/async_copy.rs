@@ -144,7 +144,7 @@ fn an_nc_without_an_h2t_ring_refuses_copies_and_its_waits_return_at_once() {
     })
     .unwrap();
     let platform = Arc::new(ndma_emu::EmuPlatform::new(emu.host().clone(), ClockKind::Real));
-    let hw = ndma::DeviceHw { nc_map: 0b01, ..ndma_emu::device_hw(emu.device(0)) };
+    let hw = ndma::DeviceHw { nc_map: 0b01, ..ndma_emu::device_hw(emu.device(0)).unwrap() };
     let sys = ndma::System::new(Arch::V2, platform, vec![hw]).unwrap();
     let dev = &sys.devices()[0];
     let src = dev.alloc_host(4096, 1).unwrap();

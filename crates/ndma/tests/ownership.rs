@@ -235,11 +235,38 @@ fn dropping_the_device_quiesces_its_rings() {
 
 #[test]
 fn a_device_of_another_generation_is_refused() {
-    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
-    let hw = ndma_emu::device_hw(tb.emu.device(0));
-    let err = ndma::System::new(Arch::V3, tb.platform.clone(), vec![hw]).unwrap_err();
+    let ndma_emu::Testbed { system, platform, emu } = adversarial(Arch::V2, ExecPolicy::Inline);
+    drop(system);
+    let hw = ndma_emu::device_hw(emu.device(0)).unwrap();
+    let err = ndma::System::new(Arch::V3, platform, vec![hw]).unwrap_err();
     assert_eq!(err, NdmaError::ArchMismatch { device: 0, declared: Arch::V3, found: Arch::V2 });
     assert_eq!(err.errno(), -19);
+    assert!(!emu.device(0).is_claimed(), "a refused bring-up lets the device go");
+}
+
+/// A device is bound to one op layer at a time, as the PCI core binds it to one driver: a second op layer
+/// would program the same queues with rings of its own, and the first one's copies would hang. Once the
+/// first op layer is gone the device can be bound again, and works.
+#[test]
+fn a_device_is_bound_to_one_op_layer_at_a_time() {
+    let tb = adversarial(Arch::V2, ExecPolicy::Inline);
+    let second = ndma_emu::device_hw(tb.emu.device(0)).err().expect("the testbed's op layer holds device 0");
+    assert!(matches!(second, ndma_emu::EmuError::DeviceClaimed { device: 0 }), "{second}");
+    assert_eq!(second.errno(), -16);
+    let (dev, emu) = tb.device(0);
+    let w = Window::new(dev, emu, Dir::H2d, 70_000, 1, 7).unwrap();
+    w.copy_all().unwrap();
+    w.verify("the first op layer's copy", true).unwrap();
+    drop(w);
+    let ndma_emu::Testbed { system, platform, emu: model } = tb;
+    assert!(model.device(0).is_claimed());
+    drop(system);
+    assert!(!model.device(0).is_claimed(), "the op layer's teardown unbinds the device");
+    let hw = ndma_emu::device_hw(model.device(0)).unwrap();
+    let again = ndma::System::new(Arch::V2, platform, vec![hw]).unwrap();
+    let w = Window::new(&again.devices()[0], model.device(0), Dir::D2h, 70_000, 1, 8).unwrap();
+    w.copy_all().unwrap();
+    w.verify("the second op layer's copy", true).unwrap();
 }
 
 /// A device chunk belongs to its device: its PA names that device's HBM, so on another device it would name
