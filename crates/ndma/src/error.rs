@@ -85,8 +85,8 @@ pub enum NdmaError {
     /// A handle whose context is not in use (`-EINVAL`).
     #[error("DMA context {0} is not in use")]
     ContextNotInUse(i32),
-    /// The transfer was abandoned in flight: a failure elsewhere on its ring re-initialised the ring before
-    /// the transfer completed, so its destination holds undefined bytes (`-EIO`).
+    /// The transfer was abandoned in flight: its ring was re-initialised before the transfer completed and it
+    /// could not be re-staged (or the device went away), so its destination holds undefined bytes (`-EIO`).
     #[error("DMA context {0} was aborted: its ring was re-initialised before the transfer completed")]
     Aborted(i32),
     /// Staging the completion marker failed (the driver's bare `-1`).

@@ -69,7 +69,8 @@ pub struct StatsSnapshot {
     pub timeouts: u64,
     /// V2 reset-window retries.
     pub retries: u64,
-    /// Contexts replayed by retries.
+    /// Contexts re-staged after a ring re-initialisation: by V2 reset-window retries, and after another
+    /// transfer's failure re-initialised the ring under them.
     pub replays: u64,
     /// Ring re-initialisations (retries and recoveries after a failure).
     pub ring_resets: u64,

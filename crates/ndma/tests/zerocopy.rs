@@ -967,6 +967,32 @@ fn a_sync_hang_times_out_after_exactly_the_async_budget() {
     dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).unwrap();
 }
 
+/// A zero-copy request that fails re-initialises its ring; a classic async copy in flight on it is re-staged
+/// and completes, byte-exact: the failure costs only the request that reports it.
+#[test]
+fn a_zero_copy_failure_restages_the_classic_copy_in_flight_on_its_ring() {
+    let z = Zc::with(Arch::V3, ExecPolicy::Inline, ClockKind::Fake);
+    let (dev, emu) = (z.dev(), z.emu());
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let (va, _, mc) = z.source_and_target(2, 11);
+    let w = Window::new(dev, emu, Dir::D2h, 70_000, 0, 12).unwrap();
+    // The classic copy takes the (one-shot) hang; the zero-copy request staged behind it times out.
+    emu.fault_plan().add(ndma_emu::PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let h = dev.start(&w.transfer()).unwrap();
+    let op = [BatchOp { offset: 0, size: 2 * PAGE, buffer: va }];
+    let err = dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).unwrap_err();
+    assert!(matches!(err, NdmaError::Timeout { count: 3, .. }), "{err}");
+    assert!(
+        read_vec(emu, &mc, 0, 2 * PAGE).unwrap().iter().all(|&b| b == DST_FILL),
+        "the failed request moved nothing"
+    );
+    let s = dev.ring_stats(0).unwrap();
+    assert_eq!((s.timeouts, s.replays, s.aborts), (1, 1, 0), "{s:?}");
+    h.wait().unwrap();
+    w.verify("the classic copy re-staged by the zero-copy recovery", true).unwrap();
+    z.assert_no_leaks("after the re-staged copy");
+}
+
 #[test]
 fn async_zero_copy_and_classic_copies_share_a_ring() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);

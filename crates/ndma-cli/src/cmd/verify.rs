@@ -42,7 +42,8 @@ failed (the command then exits 3)
   escapes              engine accesses outside the memory copy_descriptors accepted (--fuzz-descriptors)
   panics               panics caught around an operation
   unexpected           outcomes other than the one the inputs and the fault call for
-  aborted              operations aborted (-EIO) by a failure elsewhere on their ring
+  aborted              operations aborted (-EIO) by a failure elsewhere on their ring (one that could not
+                       be re-staged after the ring re-initialisation)
   faults_missed        injected faults the operation never met
   device_faults        engine faults nobody injected
   unusable             devices that could not serve a copy after a fault

@@ -53,7 +53,8 @@ impl NeuronDevice {
     /// [`NdmaError::ForeignChunk`], [`NdmaError::ContextNotInUse`] when `prev` has no transfer,
     /// [`NdmaError::ContextInUse`] (`-EBUSY`) when the next context still holds one — all before anything is
     /// staged or released — [`NdmaError::Aborted`]
-    /// when `prev` was abandoned by a ring re-initialisation (nothing staged, `prev` released), and the wait's
+    /// when `prev` was abandoned (a ring re-initialisation could not re-stage it; nothing staged, `prev`
+    /// released), and the wait's
     /// errors (both contexts released, the ring re-initialised and usable).
     #[allow(clippy::too_many_arguments)]
     pub fn memcpy_mc_async(
@@ -120,7 +121,8 @@ impl NeuronDevice {
     /// # Errors
     ///
     /// [`NdmaError::InvalidHandle`] for [`CtxHandle::None`], [`NdmaError::ContextNotInUse`] when the context
-    /// holds no transfer, [`NdmaError::Aborted`] when a ring re-initialisation abandoned it, the wait's errors
+    /// holds no transfer, [`NdmaError::Aborted`] when it was abandoned (a ring re-initialisation after another
+    /// transfer's failure re-stages it; only a failed re-stage abandons it), the wait's errors
     /// otherwise (the context is released either way). On an NC whose H2T ring was never brought up it returns
     /// `Ok` at once, as the driver does for non-H2T engines. Example on [`NeuronDevice::memcpy_mc_async`].
     pub fn memcpy_mc_wait(&self, src: &MemChunk, dst: &MemChunk, handle: CtxHandle) -> Result<()> {
@@ -161,7 +163,7 @@ impl NeuronDevice {
         }
         let result = g.wait(slot, slot);
         if result.is_err() {
-            g.recover();
+            g.recover(&[slot]);
         }
         g.release(slot);
         result
@@ -246,7 +248,9 @@ impl NeuronDevice {
         g.begin(cur_slot, self.new_context(src, dst, size, Moves::BOTH, prefetch, held));
         let result = Self::stage_then_wait_prev(&mut g, prev_slot, cur_slot);
         if result.is_err() {
-            g.recover();
+            // The call fails for both: `cur` is not handed out, and `prev` is consumed by the call.
+            let failed: Vec<usize> = std::iter::once(cur_slot).chain(prev_slot).collect();
+            g.recover(&failed);
             g.release(cur_slot);
         }
         if let Some(p) = prev_slot {

@@ -104,18 +104,40 @@ impl<'a> RingGuard<'a> {
         self.inner.contexts[slot].release();
     }
 
-    /// After a failure: re-initialise the queue so nothing half-staged or hung is left on it (the C driver
-    /// leaves the ring as it is, un-acked). Every other transfer that was in flight on the ring is aborted:
-    /// its memory is released at once (the engine no longer sees its descriptors) and waiting for it reports
-    /// [`NdmaError::Aborted`].
-    pub(crate) fn recover(&mut self) {
-        self.quiesce();
+    /// After the transfer of the contexts in `failed` failed (their callers release them next): re-initialise
+    /// the queue so nothing half-staged or hung is left on it (the C driver leaves the ring as it is,
+    /// un-acked), and re-issue every *other* transfer that was in flight on it, so a failure loses only its
+    /// own: other classic copies are re-staged in the order they were first staged (a copy is idempotent: a
+    /// batch the engine had already run, or begun, lands the same bytes again), zero-copy pieces go back to be
+    /// issued again. Should a re-stage fail, everything in flight is aborted instead: its memory is released
+    /// at once and waiting for it reports [`NdmaError::Aborted`].
+    pub(crate) fn recover(&mut self, failed: &[usize]) {
+        let contexts = &self.inner.contexts;
+        let mut others: Vec<usize> = (0..contexts.len())
+            .filter(|&s| contexts[s].inuse && contexts[s].in_flight > 0 && !failed.contains(&s))
+            .collect();
+        others.sort_by_key(|&s| contexts[s].staged_seq);
+        if let Some(zc) = self.inner.zc.as_mut() {
+            zc.queue.requeue_submitted();
+        }
+        self.reinit_queue();
         tracing::warn!(
             nc = self.ring.nc,
             eng = self.ring.eng_id,
             qid = self.ring.qid,
+            reissued = others.len(),
             "H2T ring re-initialised after a failed copy"
         );
+        for slot in others {
+            if let Err(e) = self.stage(slot) {
+                tracing::error!(nc = self.ring.nc, "a copy in flight could not be re-staged: {e}");
+                self.quiesce();
+                return;
+            }
+            // Its doorbell rang now: what the V2 reset-window check asks about.
+            self.restart_clock(slot);
+            self.ring.stats.add_replays(1);
+        }
     }
 
     /// Abandons whatever is in flight and re-initialises the queue: afterwards the engine holds no

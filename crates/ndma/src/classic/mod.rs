@@ -209,7 +209,7 @@ impl NeuronDevice {
         g.begin(SYNC_SLOT, self.new_context(src, dst, size, moves, prefetch, Held::default()));
         let result = Self::run_sync(&mut g);
         if result.is_err() {
-            g.recover();
+            g.recover(&[SYNC_SLOT]);
         }
         g.release(SYNC_SLOT);
         result

@@ -175,7 +175,7 @@ impl RingGuard<'_> {
             if r.is_err() {
                 // The piece is over (abandoned); others in flight are re-issued after the re-init.
                 self.zq().entry_mut(i).state = ZcState::Completed;
-                self.recover();
+                self.recover(&[]);
             }
             r
         };
@@ -228,7 +228,7 @@ impl RingGuard<'_> {
         if let Err(e) = result {
             // Nobody gets this error (the sequence is drained): the snapshot goes to the last-failure slot.
             let _ = self.with_state(e);
-            self.recover();
+            self.recover(&[]);
         }
     }
 
@@ -247,7 +247,7 @@ impl RingGuard<'_> {
                 }
                 if let Err(e) = self.zc_issue(i) {
                     tracing::error!(nc = self.ring.nc, "zero-copy descriptors could not be issued: {e}");
-                    self.recover();
+                    self.recover(&[]);
                     self.zc_fail_in_place(i, &e);
                     continue;
                 }
