@@ -36,7 +36,7 @@ pub struct Counters {
     pub timeouts: u64,
     /// V2 reset-window retries.
     pub retries: u64,
-    /// Contexts replayed by retries.
+    /// Contexts re-staged after a ring re-initialisation (V2 retries, and another transfer's failure).
     pub replays: u64,
     /// Ring re-initialisations.
     pub ring_resets: u64,
