@@ -135,6 +135,23 @@ pub(crate) struct DmaContext {
 pub type Held = [Option<Arc<MemChunk>>; 2];
 
 impl DmaContext {
+    /// Can the transfer be staged again from its start after the engine may have run part of it? Yes unless
+    /// what it writes overlaps what it reads: a second run would then read bytes the first already overwrote.
+    /// A source (destination) that does not advance covers one descriptor's worth.
+    pub fn replayable(&self) -> bool {
+        let extent = |moves: bool| if moves { self.size } else { self.size.min(u64::from(udma::MAX_DMA_DESC_SIZE)) };
+        let src_end = self.src.saturating_add(extent(self.smove));
+        let dst_end = self.dst.saturating_add(extent(self.dmove));
+        src_end <= self.dst || dst_end <= self.src
+    }
+
+    /// The transfer is abandoned: it will not complete, and its memory is no longer held (nothing of it is on
+    /// the ring any more).
+    pub fn abort(&mut self) {
+        self.aborted = true;
+        self.held = Held::default();
+    }
+
     /// Marks the context free and drops its hold on memory. Only called once nothing of it is in flight.
     pub fn release(&mut self) {
         debug_assert_eq!(self.in_flight, 0, "a context is released while the engine may still use it");
@@ -147,6 +164,28 @@ impl DmaContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_is_replayable_unless_it_reads_what_it_writes() {
+        let ctx = |src: u64, dst: u64, size: u64, smove: bool| DmaContext {
+            src,
+            dst,
+            size,
+            smove,
+            dmove: true,
+            ..DmaContext::default()
+        };
+        assert!(ctx(0x1000, 0x9000, 0x4000, true).replayable(), "disjoint");
+        assert!(
+            ctx(0x1000, 0x9000, 0x8000, true).replayable(),
+            "adjacent: the source ends where the destination begins"
+        );
+        assert!(!ctx(0x1000, 0x9000, 0x8001, true).replayable(), "the source runs into the destination");
+        assert!(!ctx(0x9000, 0x1000, 0x8001, true).replayable(), "the destination runs into the source");
+        // memset's replicate: the source stays put and covers one descriptor (64 KiB) at most.
+        assert!(ctx(0x1000, 0x1000 + 0x1_0000, 1 << 20, false).replayable());
+        assert!(!ctx(0x1000, 0x1000 + 0xffff, 1 << 20, false).replayable());
+    }
 
     #[test]
     fn handle_fsm() {

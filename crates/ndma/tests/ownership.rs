@@ -127,6 +127,30 @@ fn a_failure_on_the_ring_restages_the_other_copy_in_flight_and_loses_nothing() {
     b.verify("the copy after the recovery", true).unwrap();
 }
 
+/// A copy that reads what it writes cannot run twice: when a failure re-initialises its ring while it is in
+/// flight, it is aborted (its wait reports `-EIO` at once) instead of re-staged.
+#[test]
+fn a_copy_over_its_own_source_in_flight_is_aborted_not_restaged() {
+    let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let chunk = alloc(dev, true, 3 * 4096, 0).unwrap();
+    write_pattern(emu, &chunk, 0, 3 * 4096, 21).unwrap();
+    let b = Window::new(dev, emu, Dir::D2h, 20_000, 0, 2).unwrap();
+    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    // 8 KiB from offset 0 to offset 4096 of the same chunk: the destination overlaps the source.
+    let h = dev.memcpy_mc_async(&chunk, &chunk, 0, 4096, 8192, 0, CtxHandle::None).unwrap();
+    assert!(matches!(b.copy_all(), Err(NdmaError::Timeout { .. })));
+    let s = dev.ring_stats(0).unwrap();
+    assert_eq!((s.timeouts, s.replays), (1, 0), "{s:?}");
+    assert_eq!(dev.wait_handle(0, h), Err(NdmaError::Aborted(h.raw())));
+    assert_eq!(dev.ring_stats(0).unwrap().aborts, 1);
+    assert!(read_vec(emu, &chunk, 0, 3 * 4096).unwrap() == pattern(21, 0, 3 * 4096), "the hung copy moved nothing");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    b.copy_all().unwrap();
+    b.verify("the copy after the recovery", true).unwrap();
+}
+
 #[test]
 fn v2_replay_restages_every_batch_in_flight_in_staging_order() {
     let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);

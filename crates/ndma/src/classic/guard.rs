@@ -107,10 +107,11 @@ impl<'a> RingGuard<'a> {
     /// After the transfer of the contexts in `failed` failed (their callers release them next): re-initialise
     /// the queue so nothing half-staged or hung is left on it (the C driver leaves the ring as it is,
     /// un-acked), and re-issue every *other* transfer that was in flight on it, so a failure loses only its
-    /// own: other classic copies are re-staged in the order they were first staged (a copy is idempotent: a
-    /// batch the engine had already run, or begun, lands the same bytes again), zero-copy pieces go back to be
-    /// issued again. Should a re-stage fail, everything in flight is aborted instead: its memory is released
-    /// at once and waiting for it reports [`NdmaError::Aborted`].
+    /// own: other classic copies are re-staged in the order they were first staged, zero-copy pieces go back
+    /// to be issued again. A copy lands the same bytes however often it runs, so a batch the engine had
+    /// already run, or begun, is re-staged from its start — unless it reads what it writes
+    /// ([`DmaContext::replayable`]), or a re-stage fails: such copies are aborted, their memory is released at
+    /// once and waiting for them reports [`NdmaError::Aborted`].
     pub(crate) fn recover(&mut self, failed: &[usize]) {
         let contexts = &self.inner.contexts;
         let mut others: Vec<usize> = (0..contexts.len())
@@ -125,12 +126,20 @@ impl<'a> RingGuard<'a> {
             nc = self.ring.nc,
             eng = self.ring.eng_id,
             qid = self.ring.qid,
-            reissued = others.len(),
-            "H2T ring re-initialised after a failed copy"
+            in_flight = others.len(),
+            "H2T ring re-initialised after a failed copy; re-staging the other copies in flight"
         );
-        for slot in others {
+        for (k, &slot) in others.iter().enumerate() {
+            if !self.inner.contexts[slot].replayable() {
+                self.inner.contexts[slot].abort();
+                continue;
+            }
             if let Err(e) = self.stage(slot) {
                 tracing::error!(nc = self.ring.nc, "a copy in flight could not be re-staged: {e}");
+                // The ones not staged yet have nothing in flight any more: they must not read as done.
+                for &s in &others[k..] {
+                    self.inner.contexts[s].abort();
+                }
                 self.quiesce();
                 return;
             }
@@ -144,8 +153,7 @@ impl<'a> RingGuard<'a> {
     /// descriptor of this ring.
     pub(crate) fn quiesce(&mut self) {
         for ctx in self.inner.contexts.iter_mut().filter(|c| c.inuse && c.in_flight > 0) {
-            ctx.aborted = true;
-            ctx.held = Default::default();
+            ctx.abort();
         }
         // Zero-copy pieces in flight are still pinned: they go back to be issued again.
         if let Some(zc) = self.inner.zc.as_mut() {
