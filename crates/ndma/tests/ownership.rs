@@ -151,6 +151,30 @@ fn a_copy_over_its_own_source_in_flight_is_aborted_not_restaged() {
     b.verify("the copy after the recovery", true).unwrap();
 }
 
+/// A copy whose batch was already over (marker landed, not yet waited for) when a failure re-initialises the
+/// ring is done: it is neither run again nor aborted. A copy over its own source shows it ran exactly once.
+#[test]
+fn a_copy_already_over_when_its_ring_is_reinitialised_is_done_not_run_again() {
+    let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let chunk = alloc(dev, true, 3 * 4096, 0).unwrap();
+    write_pattern(emu, &chunk, 0, 3 * 4096, 22).unwrap();
+    let b = Window::new(dev, emu, Dir::H2d, 20_000, 0, 3).unwrap();
+    // Inline engines: the copy runs at its doorbell; then a synchronous copy hangs and times out.
+    let h = dev.memcpy_mc_async(&chunk, &chunk, 0, 4096, 8192, 0, CtxHandle::None).unwrap();
+    assert!(dev.is_complete(0, h).unwrap());
+    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    assert!(matches!(b.copy_all(), Err(NdmaError::Timeout { .. })));
+    dev.wait_handle(0, h).unwrap();
+    let s = dev.ring_stats(0).unwrap();
+    assert_eq!((s.timeouts, s.replays, s.aborts, s.transfers), (1, 0, 0, 1), "{s:?}");
+    let orig = pattern(22, 0, 3 * 4096);
+    let once: Vec<u8> = orig[..4096].iter().chain(&orig[..8192]).copied().collect();
+    assert!(read_vec(emu, &chunk, 0, 3 * 4096).unwrap() == once, "the copy ran exactly once");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+}
+
 #[test]
 fn v2_replay_restages_every_batch_in_flight_in_staging_order() {
     let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);

@@ -108,8 +108,8 @@ impl<'a> RingGuard<'a> {
     /// the queue so nothing half-staged or hung is left on it (the C driver leaves the ring as it is,
     /// un-acked), and re-issue every *other* transfer that was in flight on it, so a failure loses only its
     /// own: other classic copies are re-staged in the order they were first staged, zero-copy pieces go back
-    /// to be issued again. A copy lands the same bytes however often it runs, so a batch the engine had
-    /// already run, or begun, is re-staged from its start — unless it reads what it writes
+    /// to be issued again. A copy whose marker had landed is done as it is; a copy lands the same bytes however
+    /// often it runs, so one the engine had begun is re-staged from its start — unless it reads what it writes
     /// ([`DmaContext::replayable`]), or a re-stage fails: such copies are aborted, their memory is released at
     /// once and waiting for them reports [`NdmaError::Aborted`].
     pub(crate) fn recover(&mut self, failed: &[usize]) {
@@ -130,6 +130,11 @@ impl<'a> RingGuard<'a> {
             "H2T ring re-initialised after a failed copy; re-staging the other copies in flight"
         );
         for (k, &slot) in others.iter().enumerate() {
+            if super::wait::marker_visible(self.ring, slot) {
+                // Its batch was over before the re-initialisation: nothing to run again, nothing left to ack.
+                self.complete_batch(slot);
+                continue;
+            }
             if !self.inner.contexts[slot].replayable() {
                 self.inner.contexts[slot].abort();
                 continue;
