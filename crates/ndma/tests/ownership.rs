@@ -194,6 +194,30 @@ fn v2_replay_restages_every_batch_in_flight_in_staging_order() {
     assert_eq!(dev.ring_stats(0).unwrap().transfers, 2);
 }
 
+/// The V2 retry replays what was in flight, except a batch of another copy whose marker had landed: that one
+/// is done (the driver replays it, and a copy over its own source then reads bytes it already overwrote).
+#[test]
+fn v2_replay_leaves_a_copy_already_over_as_it_is() {
+    let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let chunk = alloc(dev, true, 3 * 4096, 0).unwrap();
+    write_pattern(emu, &chunk, 0, 3 * 4096, 23).unwrap();
+    let s = Window::new(dev, emu, Dir::D2h, 90_000, 0, 5).unwrap();
+    // The copy over its own source runs at its doorbell (inline engines), before NC 0's reset begins.
+    let h = dev.memcpy_mc_async(&chunk, &chunk, 0, 4096, 8192, 0, CtxHandle::None).unwrap();
+    assert!(dev.is_complete(0, h).unwrap());
+    assert!(emu.reset_nc(0, 10));
+    s.copy_all().unwrap();
+    let st = dev.ring_stats(0).unwrap();
+    assert_eq!((st.retries, st.replays), (1, 1), "only the hung copy is replayed: {st:?}");
+    dev.wait_handle(0, h).unwrap();
+    s.verify("the sync copy replayed inside the reset window", true).unwrap();
+    let orig = pattern(23, 0, 3 * 4096);
+    let once: Vec<u8> = orig[..4096].iter().chain(&orig[..8192]).copied().collect();
+    assert!(read_vec(emu, &chunk, 0, 3 * 4096).unwrap() == once, "the copy ran exactly once");
+    assert_eq!(dev.ring_stats(0).unwrap().transfers, 2);
+}
+
 #[test]
 fn in_flight_handles_chain_drain_on_drop_and_answer_without_blocking() {
     let tb = adversarial(Arch::V3, ExecPolicy::Inline);

@@ -85,7 +85,7 @@ impl RingGuard<'_> {
                 "Failed to copy memory during a NeuronCore reset; re-initialising the ring and retrying"
             );
             self.inner.contexts[wait_slot].start_time = self.dev.platform.jiffies();
-            self.replay_in_flight()?;
+            self.replay_in_flight(wait_slot)?;
             replays += 1;
             is_async = false;
         }
@@ -96,13 +96,20 @@ impl RingGuard<'_> {
     /// The V2 retry's "re-init the ring and replay": re-initialises the queue, then re-stages every batch that
     /// was in flight, in the order it was first staged — the waited context and the one staged after it, as
     /// the driver does, and any other context still in flight, which a re-init would otherwise silently lose.
-    fn replay_in_flight(&mut self) -> Result<()> {
+    /// A batch of another context whose marker had landed is done as it is, not run again (the driver replays
+    /// it: a copy over its own source would then read bytes it already overwrote).
+    fn replay_in_flight(&mut self, wait_slot: usize) -> Result<()> {
         let contexts = &self.inner.contexts;
         let mut order: Vec<usize> = (0..contexts.len()).filter(|&s| contexts[s].in_flight > 0).collect();
         order.sort_by_key(|&s| contexts[s].staged_seq);
         self.reinit_queue();
         self.ring.stats.add_retries(1);
         for slot in order {
+            // Read after the re-initialisation: nothing of this ring lands any more.
+            if slot != wait_slot && super::wait::marker_visible(self.ring, slot) {
+                self.complete_batch(slot);
+                continue;
+            }
             self.stage(slot)?;
             self.ring.stats.add_replays(1);
         }
