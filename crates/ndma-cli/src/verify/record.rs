@@ -22,8 +22,9 @@ pub enum FindingKind {
     UninjectedTimeout,
     /// An outcome other than the one the operation's inputs and fault call for.
     Unexpected,
-    /// Aborted (`-EIO`) because another operation's failure re-initialised its ring: the trace of a failure
-    /// elsewhere (a faulted operation runs alone, so only a failure nobody injected can cause it).
+    /// Aborted (`-EIO`) because another operation's failure re-initialised its ring and it could not be
+    /// re-staged: the trace of a failure elsewhere (a faulted operation runs alone, so only a failure nobody
+    /// injected can cause it).
     Aborted,
     /// A panic inside the op layer (caught per operation).
     Panic,
