@@ -124,7 +124,7 @@ pub(crate) struct DmaContext {
     pub staged_seq: u64,
     /// The user range faulted in after the first batch is staged (`prefetch_addr`; `None` = no prefetch).
     pub prefetch: Option<u64>,
-    /// The ring was re-initialised while this transfer was in flight: it did not complete.
+    /// Abandoned: the ring was re-initialised while this transfer was in flight and it could not be re-staged.
     pub aborted: bool,
     /// The memory the descriptors point at (source and destination chunk), kept alive until the context is
     /// released. An array, not a vector: an async copy allocates nothing.

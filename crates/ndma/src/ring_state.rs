@@ -50,7 +50,7 @@ pub struct ContextState {
     pub handle: CtxHandle,
     /// Holds a transfer.
     pub inuse: bool,
-    /// The ring was re-initialised under it.
+    /// Abandoned: the ring was re-initialised under it and it could not be re-staged.
     pub aborted: bool,
     /// Source and destination device addresses of the transfer.
     pub src: u64,

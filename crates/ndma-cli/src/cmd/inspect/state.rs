@@ -77,7 +77,7 @@ pub struct ContextJson {
     pub handle: String,
     /// Holds a transfer.
     pub inuse: bool,
-    /// Aborted by a ring re-initialisation.
+    /// Abandoned: a ring re-initialisation could not re-stage it.
     pub aborted: bool,
     /// Source, destination, size, bytes done, bytes outstanding.
     pub src: u64,
