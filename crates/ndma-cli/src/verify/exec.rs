@@ -44,11 +44,14 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
     let ran = catch_unwind(AssertUnwindSafe(|| path::run(bed, spec, &prep)));
     rec.elapsed = t0.elapsed();
     let returned = bed.dev.platform().jiffies();
-    let retries = before.as_ref().map_or(0, |b| {
-        let now = bed.dev.ring_stats(spec.nc()).map_or(0, |s| s.retries);
-        now.saturating_sub(b.get(&spec.nc()).map_or(0, |s| s.retries))
-    });
-    let mut observed = armed.map(|a| a.observe(bed, retries, returned));
+    let delta = |count: fn(&ndma::StatsSnapshot) -> u64| {
+        before.as_ref().map_or(0, |b| {
+            let now = bed.dev.ring_stats(spec.nc()).map_or(0, |s| count(&s));
+            now.saturating_sub(b.get(&spec.nc()).map_or(0, count))
+        })
+    };
+    let (retries, timeouts) = (delta(|s| s.retries), delta(|s| s.timeouts));
+    let mut observed = armed.map(|a| a.observe(bed, retries, timeouts, returned));
     match ran {
         Ok(ran) => {
             if let (Some(o), Some(f)) = (observed.as_mut(), spec.fault) {

@@ -192,10 +192,12 @@ pub struct Observed {
     pub corruption: Option<CorruptionReport>,
     /// Faults the engine recorded meanwhile.
     pub device_faults: Vec<DmaFault>,
-    /// A reset window: still in progress when the operation returned, or over for at most
-    /// [`RESET_SLACK_JIFFIES`] then — so a retry bounded by [`ndma::MAX_RESET_WINDOW_REPLAYS`] may have run out
-    /// inside it. Judged at the operation's return, not at this observation: the thread may be descheduled
-    /// between the two.
+    /// A reset window a retry bounded by [`ndma::MAX_RESET_WINDOW_REPLAYS`] may have run out inside: still in
+    /// progress when the operation returned, or over for at most [`RESET_SLACK_JIFFIES`] then (judged at the
+    /// operation's return, not at this observation: the thread may be descheduled between the two) — or, on
+    /// V2, every marker wait of the operation that timed out waited on a queue the window hung (the engine
+    /// counted at least as many reset-window hangs), however late the operation returned: a thread
+    /// descheduled in its last wait returns long after the window whose hang it reports.
     pub reset_outlasted_op: bool,
 }
 
@@ -258,9 +260,10 @@ pub fn arm(bed: Bed<'_>, spec: FaultSpec, op_seed: u64, nc: u32) -> CliResult<Ar
 
 impl Armed {
     /// After the operation: what the fault did, then the plan emptied, a reset window waited out (so the next
-    /// operation cannot start inside it) and the engine's fault log taken. `retries` is the ring's V2
-    /// reset-window retries during the operation, `returned` the platform's jiffies when it returned.
-    pub fn observe(self, bed: Bed<'_>, retries: u64, returned: u64) -> Observed {
+    /// operation cannot start inside it) and the engine's fault log taken. `retries` and `timeouts` are the
+    /// ring's V2 reset-window retries and timed-out marker waits during the operation, `returned` the
+    /// platform's jiffies when it returned.
+    pub fn observe(self, bed: Bed<'_>, retries: u64, timeouts: u64, returned: u64) -> Observed {
         let plan = bed.emu.fault_plan();
         let left = plan.entries();
         plan.clear();
@@ -270,7 +273,8 @@ impl Armed {
         let v2 = bed.dev.dhal().retry_memcpy();
         let reset_outlasted_op = self.spec.kind == FaultKind::ResetWindow && {
             let (start, end) = bed.emu.reset_times(self.nc);
-            end <= start || returned <= end + RESET_SLACK_JIFFIES
+            let every_timeout_hung = v2 && timeouts > 0 && engine.reset_hangs >= timeouts;
+            end <= start || returned <= end + RESET_SLACK_JIFFIES || every_timeout_hung
         };
         let (hit, why) = match self.spec.kind {
             // One-shot entries leave the plan when they fire.
