@@ -77,13 +77,38 @@ impl<'a> RingGuard<'a> {
         }
     }
 
-    /// Re-programs the queue (cursors to 0, phase 1): every staged batch is abandoned.
+    /// Re-programs the queue (cursors to 0, phase 1): every staged batch is abandoned — classic contexts have
+    /// nothing in flight any more, and zero-copy pieces in flight (still pinned) go back to be issued again.
     pub(super) fn reinit_queue(&mut self) {
+        if let Some(zc) = self.inner.zc.as_mut() {
+            zc.queue.requeue_submitted();
+        }
         self.inner.queue.reinit(&*self.dev.bar0);
         for ctx in &mut self.inner.contexts {
             ctx.in_flight = 0;
         }
         self.ring.stats.add_ring_resets(1);
+    }
+
+    /// Re-initialises the queue under the classic contexts in flight on it and returns those that must run
+    /// again, in the order their batches were first staged: every one but those in `skip`, except a batch
+    /// that had landed (its marker visible, read after the re-initialisation, when nothing of the ring lands
+    /// any more), which is completed in place — nothing to run again, nothing left to ack. `keep` is returned
+    /// even then: a wait is about to ack it.
+    pub(super) fn reinit_in_flight(&mut self, skip: &[usize], keep: Option<usize>) -> Vec<usize> {
+        let contexts = &self.inner.contexts;
+        let mut order: Vec<usize> =
+            (0..contexts.len()).filter(|&s| contexts[s].in_flight > 0 && !skip.contains(&s)).collect();
+        order.sort_by_key(|&s| contexts[s].staged_seq);
+        self.reinit_queue();
+        order.retain(|&slot| {
+            let landed = Some(slot) != keep && super::wait::marker_visible(self.ring, slot);
+            if landed {
+                self.complete_batch(slot);
+            }
+            !landed
+        });
+        order
     }
 
     /// Marks context `slot`'s batch done: the marker was seen and the slots acked.
@@ -113,28 +138,15 @@ impl<'a> RingGuard<'a> {
     /// ([`DmaContext::replayable`]), or a re-stage fails: such copies are aborted, their memory is released at
     /// once and waiting for them reports [`NdmaError::Aborted`].
     pub(crate) fn recover(&mut self, failed: &[usize]) {
-        let contexts = &self.inner.contexts;
-        let mut others: Vec<usize> = (0..contexts.len())
-            .filter(|&s| contexts[s].inuse && contexts[s].in_flight > 0 && !failed.contains(&s))
-            .collect();
-        others.sort_by_key(|&s| contexts[s].staged_seq);
-        if let Some(zc) = self.inner.zc.as_mut() {
-            zc.queue.requeue_submitted();
-        }
-        self.reinit_queue();
+        let again = self.reinit_in_flight(failed, None);
         tracing::warn!(
             nc = self.ring.nc,
             eng = self.ring.eng_id,
             qid = self.ring.qid,
-            in_flight = others.len(),
+            in_flight = again.len(),
             "H2T ring re-initialised after a failed copy; re-staging the other copies in flight"
         );
-        for (k, &slot) in others.iter().enumerate() {
-            if super::wait::marker_visible(self.ring, slot) {
-                // Its batch was over before the re-initialisation: nothing to run again, nothing left to ack.
-                self.complete_batch(slot);
-                continue;
-            }
+        for (k, &slot) in again.iter().enumerate() {
             if !self.inner.contexts[slot].replayable() {
                 self.inner.contexts[slot].abort();
                 continue;
@@ -142,7 +154,7 @@ impl<'a> RingGuard<'a> {
             if let Err(e) = self.stage(slot) {
                 tracing::error!(nc = self.ring.nc, "a copy in flight could not be re-staged: {e}");
                 // The ones not staged yet have nothing in flight any more: they must not read as done.
-                for &s in &others[k..] {
+                for &s in &again[k..] {
                     self.inner.contexts[s].abort();
                 }
                 self.quiesce();
@@ -159,10 +171,6 @@ impl<'a> RingGuard<'a> {
     pub(crate) fn quiesce(&mut self) {
         for ctx in self.inner.contexts.iter_mut().filter(|c| c.inuse && c.in_flight > 0) {
             ctx.abort();
-        }
-        // Zero-copy pieces in flight are still pinned: they go back to be issued again.
-        if let Some(zc) = self.inner.zc.as_mut() {
-            zc.queue.requeue_submitted();
         }
         self.reinit_queue();
     }

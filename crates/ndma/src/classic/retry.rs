@@ -99,17 +99,9 @@ impl RingGuard<'_> {
     /// A batch of another context whose marker had landed is done as it is, not run again (the driver replays
     /// it: a copy over its own source would then read bytes it already overwrote).
     fn replay_in_flight(&mut self, wait_slot: usize) -> Result<()> {
-        let contexts = &self.inner.contexts;
-        let mut order: Vec<usize> = (0..contexts.len()).filter(|&s| contexts[s].in_flight > 0).collect();
-        order.sort_by_key(|&s| contexts[s].staged_seq);
-        self.reinit_queue();
+        let again = self.reinit_in_flight(&[], Some(wait_slot));
         self.ring.stats.add_retries(1);
-        for slot in order {
-            // Read after the re-initialisation: nothing of this ring lands any more.
-            if slot != wait_slot && super::wait::marker_visible(self.ring, slot) {
-                self.complete_batch(slot);
-                continue;
-            }
+        for slot in again {
             self.stage(slot)?;
             self.ring.stats.add_replays(1);
         }
