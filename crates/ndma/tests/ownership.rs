@@ -127,6 +127,35 @@ fn a_failure_on_the_ring_restages_the_other_copy_in_flight_and_loses_nothing() {
     b.verify("the copy after the recovery", true).unwrap();
 }
 
+/// An 8 KiB copy from offset 0 to offset 4096 of one three-page host chunk holding pattern `seed`: a copy
+/// over its own source, whose bytes tell whether it ran not at all or exactly once (a second run reads bytes
+/// the first overwrote).
+struct SelfCopy {
+    chunk: Arc<ndma::MemChunk>,
+    seed: u64,
+}
+
+impl SelfCopy {
+    const LEN: u64 = 3 * 4096;
+
+    fn new(dev: &ndma::NeuronDevice, emu: &EmuDevice, seed: u64) -> SelfCopy {
+        let chunk = alloc(dev, true, Self::LEN, 0).unwrap();
+        write_pattern(emu, &chunk, 0, Self::LEN, seed).unwrap();
+        SelfCopy { chunk, seed }
+    }
+
+    fn start(&self, dev: &ndma::NeuronDevice) -> CtxHandle {
+        dev.memcpy_mc_async(&self.chunk, &self.chunk, 0, 4096, 8192, 0, CtxHandle::None).unwrap()
+    }
+
+    /// The chunk holds its pattern untouched (`ran` false) or what exactly one run leaves.
+    fn assert_ran(&self, emu: &EmuDevice, ran: bool, what: &str) {
+        let orig = pattern(self.seed, 0, Self::LEN as usize);
+        let want: Vec<u8> = if ran { orig[..4096].iter().chain(&orig[..8192]).copied().collect() } else { orig };
+        assert!(read_vec(emu, &self.chunk, 0, Self::LEN).unwrap() == want, "{what}");
+    }
+}
+
 /// A copy that reads what it writes cannot run twice: when a failure re-initialises its ring while it is in
 /// flight, it is aborted (its wait reports `-EIO` at once) instead of re-staged.
 #[test]
@@ -134,18 +163,16 @@ fn a_copy_over_its_own_source_in_flight_is_aborted_not_restaged() {
     let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
     let (dev, emu) = tb.device(0);
     let (eng, qid) = dev.h2t_queue(0).unwrap();
-    let chunk = alloc(dev, true, 3 * 4096, 0).unwrap();
-    write_pattern(emu, &chunk, 0, 3 * 4096, 21).unwrap();
+    let copy = SelfCopy::new(dev, emu, 21);
     let b = Window::new(dev, emu, Dir::D2h, 20_000, 0, 2).unwrap();
     emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
-    // 8 KiB from offset 0 to offset 4096 of the same chunk: the destination overlaps the source.
-    let h = dev.memcpy_mc_async(&chunk, &chunk, 0, 4096, 8192, 0, CtxHandle::None).unwrap();
+    let h = copy.start(dev);
     assert!(matches!(b.copy_all(), Err(NdmaError::Timeout { .. })));
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.timeouts, s.replays), (1, 0), "{s:?}");
     assert_eq!(dev.wait_handle(0, h), Err(NdmaError::Aborted(h.raw())));
     assert_eq!(dev.ring_stats(0).unwrap().aborts, 1);
-    assert!(read_vec(emu, &chunk, 0, 3 * 4096).unwrap() == pattern(21, 0, 3 * 4096), "the hung copy moved nothing");
+    copy.assert_ran(emu, false, "the hung copy moved nothing");
     assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
     b.copy_all().unwrap();
     b.verify("the copy after the recovery", true).unwrap();
@@ -158,20 +185,17 @@ fn a_copy_already_over_when_its_ring_is_reinitialised_is_done_not_run_again() {
     let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
     let (dev, emu) = tb.device(0);
     let (eng, qid) = dev.h2t_queue(0).unwrap();
-    let chunk = alloc(dev, true, 3 * 4096, 0).unwrap();
-    write_pattern(emu, &chunk, 0, 3 * 4096, 22).unwrap();
+    let copy = SelfCopy::new(dev, emu, 22);
     let b = Window::new(dev, emu, Dir::H2d, 20_000, 0, 3).unwrap();
     // Inline engines: the copy runs at its doorbell; then a synchronous copy hangs and times out.
-    let h = dev.memcpy_mc_async(&chunk, &chunk, 0, 4096, 8192, 0, CtxHandle::None).unwrap();
+    let h = copy.start(dev);
     assert!(dev.is_complete(0, h).unwrap());
     emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
     assert!(matches!(b.copy_all(), Err(NdmaError::Timeout { .. })));
     dev.wait_handle(0, h).unwrap();
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.timeouts, s.replays, s.aborts, s.transfers), (1, 0, 0, 1), "{s:?}");
-    let orig = pattern(22, 0, 3 * 4096);
-    let once: Vec<u8> = orig[..4096].iter().chain(&orig[..8192]).copied().collect();
-    assert!(read_vec(emu, &chunk, 0, 3 * 4096).unwrap() == once, "the copy ran exactly once");
+    copy.assert_ran(emu, true, "the copy ran exactly once");
     assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
 }
 
@@ -200,11 +224,10 @@ fn v2_replay_restages_every_batch_in_flight_in_staging_order() {
 fn v2_replay_leaves_a_copy_already_over_as_it_is() {
     let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
     let (dev, emu) = tb.device(0);
-    let chunk = alloc(dev, true, 3 * 4096, 0).unwrap();
-    write_pattern(emu, &chunk, 0, 3 * 4096, 23).unwrap();
+    let copy = SelfCopy::new(dev, emu, 23);
     let s = Window::new(dev, emu, Dir::D2h, 90_000, 0, 5).unwrap();
     // The copy over its own source runs at its doorbell (inline engines), before NC 0's reset begins.
-    let h = dev.memcpy_mc_async(&chunk, &chunk, 0, 4096, 8192, 0, CtxHandle::None).unwrap();
+    let h = copy.start(dev);
     assert!(dev.is_complete(0, h).unwrap());
     assert!(emu.reset_nc(0, 10));
     s.copy_all().unwrap();
@@ -212,9 +235,7 @@ fn v2_replay_leaves_a_copy_already_over_as_it_is() {
     assert_eq!((st.retries, st.replays), (1, 1), "only the hung copy is replayed: {st:?}");
     dev.wait_handle(0, h).unwrap();
     s.verify("the sync copy replayed inside the reset window", true).unwrap();
-    let orig = pattern(23, 0, 3 * 4096);
-    let once: Vec<u8> = orig[..4096].iter().chain(&orig[..8192]).copied().collect();
-    assert!(read_vec(emu, &chunk, 0, 3 * 4096).unwrap() == once, "the copy ran exactly once");
+    copy.assert_ran(emu, true, "the copy ran exactly once");
     assert_eq!(dev.ring_stats(0).unwrap().transfers, 2);
 }
 
