@@ -447,11 +447,14 @@ fn a_retry_exhausted_inside_the_window_is_expected_however_late_the_operation_re
     assert!(returned > end + RESET_SLACK_JIFFIES);
     let o = armed.observe(bed, retries, timeouts, returned);
     assert!(o.reset_outlasted_op, "every timeout is the window's");
-    // The same return with one timeout the window did not cause is not explained by it.
+    // The same operation again (nine hangs again), reported with one timed-out wait more than the window
+    // hung: that timeout is nobody's, and the window no longer explains the outcome.
     let armed = fault::arm(bed, spec, 2, 0).unwrap();
+    assert!(matches!(w.copy_all(), Err(ndma::NdmaError::RetryExhausted { replays: 8, .. })));
+    assert_eq!(emu.engine_stats(eng).unwrap().reset_hangs - hangs_before, 18);
     tb.platform.advance_us((RESET_SLACK_JIFFIES + 20) * 1000);
     let o = armed.observe(bed, retries, timeouts + 1, tb.platform.jiffies());
-    assert!(!o.reset_outlasted_op);
+    assert!(!o.reset_outlasted_op, "ten timeouts, nine hangs");
 }
 
 /// A V2 reset window is met when its queue hung in it, and then the op layer must have replayed; a window
