@@ -153,11 +153,11 @@ impl<'a> RingGuard<'a> {
             }
             if let Err(e) = self.stage(slot) {
                 tracing::error!(nc = self.ring.nc, "a copy in flight could not be re-staged: {e}");
-                // The ones not staged yet have nothing in flight any more: they must not read as done.
+                self.quiesce();
+                // The ones not staged again had nothing in flight any more: they must not read as done.
                 for &s in &again[k..] {
                     self.inner.contexts[s].abort();
                 }
-                self.quiesce();
                 return;
             }
             // Its doorbell rang now: what the V2 reset-window check asks about.
@@ -169,10 +169,15 @@ impl<'a> RingGuard<'a> {
     /// Abandons whatever is in flight and re-initialises the queue: afterwards the engine holds no
     /// descriptor of this ring.
     pub(crate) fn quiesce(&mut self) {
-        for ctx in self.inner.contexts.iter_mut().filter(|c| c.inuse && c.in_flight > 0) {
-            ctx.abort();
-        }
+        let in_flight: Vec<usize> = (0..self.inner.contexts.len())
+            .filter(|&s| self.inner.contexts[s].inuse && self.inner.contexts[s].in_flight > 0)
+            .collect();
+        // Re-initialise first: until the engine has dropped the descriptors, the memory they point at must stay
+        // held (an abort releases it, and another thread could allocate it again at once).
         self.reinit_queue();
+        for s in in_flight {
+            self.inner.contexts[s].abort();
+        }
     }
 
     /// Takes an in-use context out of a chain: releases it, reporting an abort as an error.
