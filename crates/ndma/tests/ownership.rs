@@ -239,6 +239,54 @@ fn v2_replay_leaves_a_copy_already_over_as_it_is() {
     assert_eq!(dev.ring_stats(0).unwrap().transfers, 2);
 }
 
+/// A copy over its own source that timed out inside a V2 reset window is not replayed: its data may have
+/// landed already (here it did, only its marker write was lost), and a second run would read bytes the first
+/// overwrote. It reports the timeout; the bytes are those of one run, not two.
+#[test]
+fn v2_retry_does_not_replay_a_timed_out_copy_over_its_own_source() {
+    let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let copy = SelfCopy::new(dev, emu, 31);
+    // The copy runs at its doorbell (inline engine); its marker write is lost.
+    emu.fault_plan().add(PlannedFault::DropFinalWrite { engine: eng, qid });
+    let h = copy.start(dev);
+    copy.assert_ran(emu, true, "the data of the first run landed");
+    // A reset of NC 0 begins before the copy is waited for: its timeout falls inside the reset window.
+    assert!(emu.reset_nc(0, 10));
+    assert!(matches!(dev.wait_handle(0, h), Err(NdmaError::Timeout { .. })));
+    let st = dev.ring_stats(0).unwrap();
+    assert_eq!((st.timeouts, st.retries, st.replays), (1, 0, 0), "{st:?}");
+    copy.assert_ran(emu, true, "the copy ran once");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    let s = Window::new(dev, emu, Dir::H2d, 20_000, 0, 6).unwrap();
+    s.copy_all().unwrap();
+    s.verify("a copy after the timeout", true).unwrap();
+}
+
+/// Nor is another copy over its own source in flight when a synchronous copy hangs in the window and the
+/// ring is replayed: it is aborted, as a failure's re-initialisation aborts it, and runs no second time.
+#[test]
+fn v2_replay_aborts_another_copy_over_its_own_source_in_flight() {
+    let tb = testbed(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let copy = SelfCopy::new(dev, emu, 32);
+    let s = Window::new(dev, emu, Dir::D2h, 90_000, 0, 5).unwrap();
+    emu.fault_plan().add(PlannedFault::DropFinalWrite { engine: eng, qid });
+    let h = copy.start(dev);
+    copy.assert_ran(emu, true, "the data of the first run landed");
+    // The sync copy's doorbell rings inside a reset: it hangs, times out in the window, the ring is replayed.
+    assert!(emu.reset_nc(0, 10));
+    s.copy_all().unwrap();
+    s.verify("the sync copy replayed inside the reset window", true).unwrap();
+    let st = dev.ring_stats(0).unwrap();
+    assert_eq!((st.retries, st.replays), (1, 1), "only the sync copy is replayed: {st:?}");
+    assert_eq!(dev.wait_handle(0, h), Err(NdmaError::Aborted(h.raw())));
+    copy.assert_ran(emu, true, "the copy over its own source ran once");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+}
+
 #[test]
 fn in_flight_handles_chain_drain_on_drop_and_answer_without_blocking() {
     let tb = adversarial(Arch::V3, ExecPolicy::Inline);

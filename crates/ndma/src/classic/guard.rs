@@ -91,10 +91,14 @@ impl<'a> RingGuard<'a> {
     }
 
     /// Re-initialises the queue under the classic contexts in flight on it and returns those that must run
-    /// again, in the order their batches were first staged: every one but those in `skip`, except a batch
-    /// that had landed (its marker visible, read after the re-initialisation, when nothing of the ring lands
-    /// any more), which is completed in place — nothing to run again, nothing left to ack. `keep` is returned
-    /// even then: a wait is about to ack it.
+    /// again, in the order their batches were first staged: every one but those in `skip`, except
+    /// - a batch that had landed (its marker visible, read after the re-initialisation, when nothing of the
+    ///   ring lands any more), which is completed in place — nothing to run again, nothing left to ack;
+    /// - a copy that reads what it writes ([`DmaContext::replayable`]), which is aborted: the engine may have
+    ///   run part of it, and a second run would read bytes the first overwrote.
+    ///
+    /// `keep` is returned in either case (its caller has checked that it may run again): a wait is about to
+    /// ack it.
     pub(super) fn reinit_in_flight(&mut self, skip: &[usize], keep: Option<usize>) -> Vec<usize> {
         let contexts = &self.inner.contexts;
         let mut order: Vec<usize> =
@@ -102,11 +106,19 @@ impl<'a> RingGuard<'a> {
         order.sort_by_key(|&s| contexts[s].staged_seq);
         self.reinit_queue();
         order.retain(|&slot| {
-            let landed = Some(slot) != keep && super::wait::marker_visible(self.ring, slot);
-            if landed {
-                self.complete_batch(slot);
+            if Some(slot) == keep {
+                return true;
             }
-            !landed
+            if super::wait::marker_visible(self.ring, slot) {
+                self.complete_batch(slot);
+                return false;
+            }
+            let ctx = &mut self.inner.contexts[slot];
+            if !ctx.replayable() {
+                ctx.abort();
+                return false;
+            }
+            true
         });
         order
     }
@@ -147,10 +159,6 @@ impl<'a> RingGuard<'a> {
             "H2T ring re-initialised after a failed copy; re-staging the other copies in flight"
         );
         for (k, &slot) in again.iter().enumerate() {
-            if !self.inner.contexts[slot].replayable() {
-                self.inner.contexts[slot].abort();
-                continue;
-            }
             if let Err(e) = self.stage(slot) {
                 tracing::error!(nc = self.ring.nc, "a copy in flight could not be re-staged: {e}");
                 self.quiesce();

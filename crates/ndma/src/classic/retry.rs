@@ -52,7 +52,9 @@ impl RingGuard<'_> {
     ///
     /// On a timeout, V2's reset-window workaround re-initialises the ring and replays what was in flight —
     /// only when the arch has the retry flag **and** the op started inside a reset window, and at most
-    /// [`MAX_RESET_WINDOW_REPLAYS`] times (the C loop is unbounded).
+    /// [`MAX_RESET_WINDOW_REPLAYS`] times (the C loop is unbounded). A copy over its own source
+    /// ([`DmaContext::replayable`](crate::context::DmaContext::replayable)) is never run twice: waited for, its
+    /// timeout is reported; in flight beside the waited one, it is aborted.
     ///
     /// # Errors
     ///
@@ -70,8 +72,17 @@ impl RingGuard<'_> {
                 Ok(_) => break,
                 Err(e) => e,
             };
-            let start = self.inner.contexts[wait_slot].start_time;
-            if !self.dev.dhal.retry_memcpy() || !self.dev.op_in_reset_window(self.ring.nc, start) {
+            let ctx = &self.inner.contexts[wait_slot];
+            if !self.dev.dhal.retry_memcpy() || !self.dev.op_in_reset_window(self.ring.nc, ctx.start_time) {
+                return Err(self.with_state(err));
+            }
+            if !ctx.replayable() {
+                // The engine may have run part of it (or all of it, and lost only the marker): a copy that
+                // reads what it writes cannot run again. Its timeout is reported, as outside a window.
+                tracing::warn!(
+                    nc = self.ring.nc,
+                    "a copy over its own source timed out in a reset window: not replayed"
+                );
                 return Err(self.with_state(err));
             }
             if replays == MAX_RESET_WINDOW_REPLAYS {
@@ -97,7 +108,8 @@ impl RingGuard<'_> {
     /// was in flight, in the order it was first staged — the waited context and the one staged after it, as
     /// the driver does, and any other context still in flight, which a re-init would otherwise silently lose.
     /// A batch of another context whose marker had landed is done as it is, not run again (the driver replays
-    /// it: a copy over its own source would then read bytes it already overwrote).
+    /// it: a copy over its own source would then read bytes it already overwrote), and another copy over its
+    /// own source still in flight is aborted ([`RingGuard::reinit_in_flight`]).
     fn replay_in_flight(&mut self, wait_slot: usize) -> Result<()> {
         let again = self.reinit_in_flight(&[], Some(wait_slot));
         self.ring.stats.add_retries(1);
