@@ -203,13 +203,14 @@ impl RingGuard<'_> {
     /// `ndma_ctx_queue_drain_sequence` with waits: tombstones every context of `request`, waiting first for its
     /// submitted ones and then, when the request wrote device memory (`fence`, or a waited piece did), for a
     /// fence batch that makes its writes land (see [`CtxQueue::drain_request`]); after a wait fails, the ring
-    /// is re-initialised (what else was in flight is re-issued).
+    /// is re-initialised (what else was in flight is re-issued) before the drained contexts are unpinned, so
+    /// the engine holds no descriptor pointing at their pages by then.
     pub(crate) fn zc_drain_request(&mut self, request: u64, keep: Option<u32>, fence: bool) {
         let (dhal, platform, ring, mmio) = (self.dev.dhal, &*self.dev.platform, self.ring, &*self.dev.bar0);
         let crate::ring::RingInner { queue, zc, .. } = &mut *self.inner;
         let Some(zc) = zc.as_mut() else { return };
         let (completion, completion_dma) = (&*zc.completion, zc.completion_dma);
-        let result = zc.queue.drain_request(request, keep, fence, |step| {
+        let drained = zc.queue.drain_request(request, keep, fence, |step| {
             let (i, count) = match step {
                 DrainStep::Wait(i, ctx) => (i, ctx.nr_desc + 1),
                 DrainStep::Fence(i) => {
@@ -225,11 +226,12 @@ impl RingGuard<'_> {
             let m = MarkerWait { completion, offset, count, is_async: true, is_d2d: false };
             wait_marker(dhal, platform, ring, queue, m).map(|_| ())
         });
-        if let Err(e) = result {
+        if let Err(e) = &drained.result {
             // Nobody gets this error (the sequence is drained): the snapshot goes to the last-failure slot.
-            let _ = self.with_state(e);
+            let _ = self.with_state(e.clone());
             self.recover(&[]);
         }
+        let _ = self.zq().release_drained(drained);
     }
 
     /// Step 2: issues pinned contexts in order while descriptors are available. A piece whose staging fails

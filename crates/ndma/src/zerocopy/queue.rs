@@ -42,6 +42,15 @@ pub(crate) struct CtxQueue {
     last_request: u64,
 }
 
+/// The contexts of a request [`CtxQueue::drain_request`] waited for (or could not wait for), still holding
+/// their pins until [`CtxQueue::release_drained`], and the drain's first error.
+#[must_use = "the drained contexts hold their pins until they are released"]
+pub(crate) struct Drained {
+    slots: Vec<u32>,
+    /// The first failed wait or fence.
+    pub result: Result<()>,
+}
+
 /// What [`CtxQueue::drain_request`] asks of its caller.
 #[derive(Debug)]
 pub(crate) enum DrainStep<'a> {
@@ -259,23 +268,26 @@ impl CtxQueue {
         self.nr_pinned_pages -= pages;
     }
 
-    /// `ndma_ctx_queue_drain_sequence`, keyed by request: the failure path of one request. Every context of
-    /// `request` (see [`ZcContext::request`]; the driver matches sequence numbers, so a failed request with a
-    /// reused number drains another's pieces) except slot `keep` is released (tombstoned). First each submitted one is waited for with
-    /// `step(DrainStep::Wait(slot, ctx))` — until a wait fails, after which the rest are released without
-    /// waiting (the caller then re-initialises the ring). Then, when every wait succeeded and the request
-    /// wrote device memory (`fence`, or a waited piece that did), `step(DrainStep::Fence(slot))` must make
-    /// the writes of its pieces land — those waited here and those retired before: only a request's last
-    /// piece carries the write barrier, and a failed request never issues it. The slot is the tail's, which
-    /// is never in use. Nothing is released before that, so the pieces' target chunk stays alive until their
-    /// writes have landed. Cursors then skip the tombstones. Returns the first error.
+    /// `ndma_ctx_queue_drain_sequence`, keyed by request: the failure path of one request, first half. Every
+    /// context of `request` (see [`ZcContext::request`]; the driver matches sequence numbers, so a failed
+    /// request with a reused number drains another's pieces) except slot `keep` is to be released. First each
+    /// submitted one is waited for with `step(DrainStep::Wait(slot, ctx))` — until a wait fails, after which
+    /// the rest are not waited for (the caller must then re-initialise the ring). Then, when every wait
+    /// succeeded and the request wrote device memory (`fence`, or a waited piece that did),
+    /// `step(DrainStep::Fence(slot))` must make the writes of its pieces land — those waited here and those
+    /// retired before: only a request's last piece carries the write barrier, and a failed request never
+    /// issues it. The slot is the tail's, which is never in use.
+    ///
+    /// Nothing is released here: after a failed wait the engine may still hold descriptors pointing at the
+    /// pieces' pages, so the caller re-initialises the ring first and then hands the result to
+    /// [`CtxQueue::release_drained`], which releases (unpins) them.
     pub(crate) fn drain_request(
         &mut self,
         request: u64,
         keep: Option<u32>,
         fence: bool,
         mut step: impl FnMut(DrainStep<'_>) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Drained {
         let slots: Vec<u32> = self
             .live_slots()
             .filter(|&i| Some(i) != keep)
@@ -296,13 +308,20 @@ impl CtxQueue {
         if result.is_ok() && fence {
             result = step(DrainStep::Fence(self.tail));
         }
-        for i in slots {
+        Drained { slots, result }
+    }
+
+    /// The failure path of one request, second half: releases (tombstones, unpins) the contexts
+    /// [`CtxQueue::drain_request`] drained; the cursors then skip the tombstones. Returns the drain's first
+    /// error.
+    pub(crate) fn release_drained(&mut self, drained: Drained) -> Result<()> {
+        for i in drained.slots {
             self.release(i);
         }
         self.fu = self.advance_to_valid(self.fu, self.tail);
         self.fpu = self.advance_to_valid(self.fpu, self.fu);
         self.head = self.advance_to_valid(self.head, self.tail);
-        result
+        drained.result
     }
 
     /// Drops the pin of slot `i` in place (the context stays queued), giving its pages back to the budget.
@@ -526,13 +545,13 @@ mod tests {
                     }
                     Op::DrainRequest(request) => {
                         let mut waited = Vec::new();
-                        q.drain_request(request, None, false, |step| {
+                        let drained = q.drain_request(request, None, false, |step| {
                             if let DrainStep::Wait(_, c) = step {
                                 waited.push(c.host_addr);
                             }
                             Ok(())
-                        })
-                        .unwrap();
+                        });
+                        q.release_drained(drained).unwrap();
                         let expect_waited: Vec<u64> =
                             m.items.iter().filter(|e| e.2 == request && e.1 == ZcState::Submitted).map(|e| e.0).collect();
                         prop_assert_eq!(waited, expect_waited);
