@@ -713,6 +713,31 @@ fn a_sync_request_behind_deferred_async_pieces_completes_them_in_order() {
     z.assert_no_leaks("sync behind deferred async");
 }
 
+/// Pins are taken in queue order: a piece queued behind a deferred one is deferred too, even when the budget
+/// has room for it. Pinned there, it would hold budget the piece ahead needs while it cannot be issued before
+/// that piece (its region's order): with a budget of 100 pages and pieces of 40, 64 and 60 pages, the 40 is
+/// pinned, the 64 deferred (104 > 100), and a pinned 60 would leave the 64 short forever once the 40 retired
+/// (124 > 100) — an accepted request that never completes.
+#[test]
+fn a_piece_behind_a_deferred_one_waits_for_it_to_pin_first() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = z.cq();
+    let (va, data, mc) = z.source_and_target(164, 33);
+    dev.set_zerocopy_pin_budget(100);
+    let ops = [
+        BatchOp { offset: 0, size: 40 * PAGE, buffer: va },
+        BatchOp { offset: 40 * PAGE, size: 64 * PAGE, buffer: va + 40 * PAGE },
+        BatchOp { offset: 104 * PAGE, size: 60 * PAGE, buffer: va + 104 * PAGE },
+    ];
+    dev.zerocopy_submit(0, &ops, &mc, 0, -1, true, 1, 11).unwrap();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 1, compl_ret: 0, context: 11 }]);
+    assert!(read_vec(emu, &mc, 0, 164 * PAGE).unwrap() == data);
+    assert!(dev.zerocopy_status(0).unwrap().peak_pinned_pages <= 100);
+    assert_eq!(z.mm.pin_stats().pinned_pages, 164, "every page pinned once");
+    z.assert_no_leaks("pins in queue order");
+}
+
 #[test]
 fn a_full_completion_queue_holds_completions_back_without_losing_one() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);

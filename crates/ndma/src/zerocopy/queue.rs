@@ -17,7 +17,9 @@
 //!
 //! A piece that is already pinned (or already over) but is queued behind an unpinned one joins the unpinned
 //! region: the driver instead seeds FPU at the new piece, after FU, breaking the order (FACTS §7.5). The region
-//! steps treat such a piece as done for them: pinning skips it, and it is issued once FU has passed it.
+//! steps treat such a piece as done for them: pinning skips it, and it is issued once FU has passed it. The
+//! submit path pins in queue order, so only a completed dummy gets there: a pinned piece behind an unpinned one
+//! would hold pin budget that piece may need while it cannot be issued before it — a queue stopped for good.
 
 use super::context::{ZcContext, ZcState};
 use crate::Result;

@@ -252,7 +252,9 @@ impl RingGuard<'_> {
                 self.zc_issue_pinned();
                 let nr_pages = pin_size.div_ceil(PAGE_SIZE);
                 let q = &self.zc()?.queue;
-                let can_pin = q.can_pin(nr_pages);
+                // Pins are taken in queue order: behind a deferred piece, this one waits for it. Pinned now, it
+                // would hold budget the piece ahead may need, and it cannot be issued before that piece.
+                let can_pin = q.can_pin(nr_pages) && q.unpinned_empty();
                 let full = q.is_full();
                 if is_async && full {
                     return Err(NdmaError::QueueFull { nc: self.ring.nc });
