@@ -537,6 +537,27 @@ fn requests_already_over_complete_in_order_behind_those_in_flight() {
     z.assert_no_leaks("requests already over");
 }
 
+/// A request already over carries its result as an s64 (FACTS §5.2) and its completion echoes it, every bit:
+/// a result that is not an errno — 2^32, whose low half is 0, or i64::MIN — is not read as success or cut to
+/// 32 bits.
+#[test]
+fn a_request_already_over_posts_its_result_as_it_is() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, cq) = (z.dev(), z.cq());
+    let results = [1i64 << 32, -(1i64 << 32) - 5, i64::MIN, i64::MAX, 7, -5];
+    for (k, &r) in results.iter().enumerate() {
+        dev.zerocopy_submit_completed(0, -1, k as u64 + 1, r, 100 + k as u64).unwrap();
+    }
+    let expect: Vec<CqEntry> = results
+        .iter()
+        .enumerate()
+        .map(|(k, &r)| CqEntry { sequence_num: k as u64 + 1, compl_ret: r, context: 100 + k as u64 })
+        .collect();
+    assert_eq!(take(&cq, results.len()), expect);
+    assert_eq!(cq.pop(), None);
+    z.assert_no_leaks("results as they are");
+}
+
 /// Sequence numbers are the submitter's and need not be unique: a refused request drains only its own
 /// pieces, never those of an accepted request that carries the same number (which still completes exactly
 /// once). The refusal here is a full context queue in the middle of the second request.

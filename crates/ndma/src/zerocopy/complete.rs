@@ -164,11 +164,11 @@ impl RingGuard<'_> {
             let c = self.zq().entry(i);
             (c.state, c.sequence_num, c.request, c.last, c.context, c.compl_ret)
         };
+        // Ok: the result to post — 0, or a completed dummy's own (an s64, posted as it is, whatever its value).
         let result = if state == ZcState::Completed {
             match self.zq().entry_mut(i).failure.take() {
                 Some(e) => Err(e),
-                None if compl_ret == 0 => Ok(()),
-                None => Err(NdmaError::Failed { errno: compl_ret as i32 }),
+                None => Ok(compl_ret),
             }
         } else {
             let r = self.zc_wait(i);
@@ -177,12 +177,12 @@ impl RingGuard<'_> {
                 self.zq().entry_mut(i).state = ZcState::Completed;
                 self.recover(&[]);
             }
-            r
+            r.map(|()| 0)
         };
         match result {
-            Ok(()) => {
+            Ok(ret) => {
                 if last && seq != 0 {
-                    self.zc_post(seq, 0, context);
+                    self.zc_post(seq, ret, context);
                 }
                 self.zq().release(i);
                 Ok(true)
