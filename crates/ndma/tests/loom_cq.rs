@@ -4,7 +4,8 @@
 //!
 //! Properties, in every interleaving loom explores: no entry is lost, none is taken twice, each consumer
 //! takes entries in the order they were posted, every entry is read whole (never a half-written or
-//! half-cleared one), and a taken slot is left cleared.
+//! half-cleared one), and a taken slot is left cleared; and an observer counting what is pending never sees
+//! more than the queue holds.
 //!
 //! Only built with `--cfg loom` (`.ci/run` runs it):
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" cargo test -p ndma --test loom_cq --release`
@@ -15,7 +16,7 @@ use std::sync::atomic::Ordering;
 use loom::sync::atomic::{AtomicU32, AtomicU64};
 use loom::sync::Arc;
 use loom::thread;
-use ndma::zerocopy::cq::{consume, Atomic32, Atomic64, CqEntry, CqMemory, CqProducer};
+use ndma::zerocopy::cq::{consume, pending, Atomic32, Atomic64, CqEntry, CqMemory, CqProducer};
 
 /// A header word on a loom atomic.
 struct W32(AtomicU32);
@@ -161,4 +162,24 @@ fn a_slot_is_reused_only_after_its_consumer_released_it() {
     // Capacity 1: every completion after the first reuses the slot a consumer has just cleared, so the
     // producer's overwrite races the clear unless the head's release/acquire orders them.
     model(1, 3, 2);
+}
+
+#[test]
+fn the_pending_count_never_exceeds_the_capacity() {
+    // While the producer posts and a consumer takes, an observer counts: tail read before head would let the
+    // consumer take entries posted after the tail read, and the count would wrap to about 2^32.
+    loom::model(|| {
+        let mem = Mem::new(2);
+        let mut producer = CqProducer::new(mem.clone());
+        let m = mem.clone();
+        let consumer = thread::spawn(move || (0..2).filter_map(|_| consume(&m)).count());
+        let m = mem.clone();
+        let observer = thread::spawn(move || pending(&m));
+        producer.put(entry(1));
+        producer.put(entry(2));
+        let seen = observer.join().unwrap();
+        let taken = consumer.join().unwrap();
+        assert!(seen <= 2, "pending() saw {seen} in a queue of 2");
+        assert_eq!(pending(&mem), 2 - taken as u32);
+    });
 }

@@ -405,6 +405,17 @@ pub fn consume<M: CqMemory>(m: &M) -> Option<CqEntry> {
     taken
 }
 
+/// Completions posted and not yet taken, as a consumer sees them: a snapshot within `0..=capacity`. Head is
+/// read first: a head store is ordered after the tail its consumer read (the `Acquire` here pairs with its
+/// `Release`), so the tail read next is never behind it — tail first, consumers could take entries posted
+/// after that read and the difference would wrap. The tail can meanwhile run a queue's worth past the head
+/// read, hence the cap.
+pub fn pending<M: CqMemory>(m: &M) -> u32 {
+    let head = m.word(HEAD).load(Ordering::Acquire);
+    let tail = m.word(TAIL).load(Ordering::Acquire);
+    tail.wrapping_sub(head).min(m.capacity())
+}
+
 /// The driver's side of a ring's queue: its memory (a host chunk user space can map) and the producer.
 pub(crate) struct CompletionQueue {
     chunk: Arc<MemChunk>,
@@ -496,7 +507,7 @@ impl CqConsumer {
         consume(&self.mem)
     }
 
-    /// Completions posted and not yet taken (a snapshot).
+    /// Completions posted and not yet taken (a snapshot, never more than the capacity: [`pending`]).
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
@@ -520,8 +531,7 @@ impl CqConsumer {
     /// # Ok::<(), ndma::NdmaError>(())
     /// ```
     pub fn len(&self) -> u32 {
-        let tail = self.mem.word(TAIL).load(Ordering::Acquire);
-        tail.wrapping_sub(self.mem.word(HEAD).load(Ordering::Acquire))
+        pending(&self.mem)
     }
 
     /// True when nothing is posted (a snapshot; example on [`CqConsumer::len`]).
