@@ -67,14 +67,31 @@ impl NeuronDevice {
         prefetch_addr: u64,
         prev: CtxHandle,
     ) -> Result<CtxHandle> {
-        let s = self.chunk_window("source chunk", src, src_off, size)?;
-        let d = self.chunk_window("destination chunk", dst, dst_off, size)?;
+        self.memcpy_mc_chained(src, dst, src_off, dst_off, size, prefetch_addr, prev).map_err(|f| f.error)
+    }
+
+    /// [`NeuronDevice::memcpy_mc_async`], telling on failure whether `prev` was consumed: decided under the
+    /// ring lock, where it is true, rather than by looking at the context again afterwards, when another
+    /// chain may have taken it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn memcpy_mc_chained(
+        &self,
+        src: &Arc<MemChunk>,
+        dst: &Arc<MemChunk>,
+        src_off: u64,
+        dst_off: u64,
+        size: u64,
+        prefetch_addr: u64,
+        prev: CtxHandle,
+    ) -> std::result::Result<CtxHandle, ChainFailure> {
+        let s = self.chunk_window("source chunk", src, src_off, size).map_err(ChainFailure::refused)?;
+        let d = self.chunk_window("destination chunk", dst, dst_off, size).map_err(ChainFailure::refused)?;
         let nc = mc_pair_to_nc(src, dst);
         let cur = prev.next();
         let prefetch = (prefetch_addr != 0).then_some(prefetch_addr);
         if cur == CtxHandle::Sync {
             // The chunks are borrowed for the whole synchronous call.
-            self.offset_move(nc, s, d, size, Moves::BOTH, prefetch)?;
+            self.offset_move(nc, s, d, size, Moves::BOTH, prefetch).map_err(ChainFailure::consumed)?;
             return Ok(cur);
         }
         let held = [Some(Arc::clone(src)), Some(Arc::clone(dst))];
@@ -203,14 +220,6 @@ impl NeuronDevice {
         Ok(RingGuard::try_lock(self, ring).is_some_and(|g| g.marker_seen(slot)))
     }
 
-    /// Does `handle`'s context on NC `nc` hold a transfer (in flight, done but not waited, or aborted)?
-    pub(crate) fn is_in_use(&self, nc: u32, handle: CtxHandle) -> bool {
-        match (self.ring(nc), handle.slot()) {
-            (Ok(ring), Some(slot)) => RingGuard::lock(self, ring).ctx(slot).inuse,
-            _ => false,
-        }
-    }
-
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn offset_move_async(
         &self,
@@ -222,28 +231,30 @@ impl NeuronDevice {
         held: Held,
         prev: CtxHandle,
         cur: CtxHandle,
-    ) -> Result<()> {
-        let ring = self.ring(nc)?;
-        checked_end("source address", src, size)?;
-        checked_end("destination address", dst, size)?;
+    ) -> std::result::Result<(), ChainFailure> {
+        let refused = ChainFailure::refused;
+        let ring = self.ring(nc).map_err(refused)?;
+        checked_end("source address", src, size).map_err(refused)?;
+        checked_end("destination address", dst, size).map_err(refused)?;
         if size > MAX_BATCH_BYTES {
-            return Err(NdmaError::AsyncTooLarge { size, max: MAX_BATCH_BYTES });
+            return Err(refused(NdmaError::AsyncTooLarge { size, max: MAX_BATCH_BYTES }));
         }
-        let cur_slot = cur.slot().ok_or(NdmaError::InvalidHandle(cur.raw()))?;
+        let cur_slot = cur.slot().ok_or(NdmaError::InvalidHandle(cur.raw())).map_err(refused)?;
         let _span = tracing::debug_span!("memcpy_async", nc, size, prev = prev.raw(), cur = cur.raw()).entered();
         let mut g = RingGuard::lock(self, ring);
         let prev_slot = prev.slot();
         // Refusals leave every context as it was: in particular `prev` stays in flight, still accounted for.
         if let Some(p) = prev_slot {
             if !g.ctx(p).inuse {
-                return Err(NdmaError::ContextNotInUse(prev.raw()));
+                // Nothing of `prev` to keep: it holds no transfer.
+                return Err(ChainFailure::consumed(NdmaError::ContextNotInUse(prev.raw())));
             }
         }
         if g.ctx(cur_slot).inuse {
-            return Err(NdmaError::ContextInUse(cur.raw()));
+            return Err(refused(NdmaError::ContextInUse(cur.raw())));
         }
         if let Some(p) = prev_slot.filter(|&p| g.ctx(p).aborted) {
-            return g.finish(p, prev);
+            return g.finish(p, prev).map_err(ChainFailure::consumed);
         }
         g.begin(cur_slot, self.new_context(src, dst, size, Moves::BOTH, prefetch, held));
         let result = Self::stage_then_wait_prev(&mut g, prev_slot, cur_slot);
@@ -256,7 +267,7 @@ impl NeuronDevice {
         if let Some(p) = prev_slot {
             g.release(p);
         }
-        result
+        result.map_err(ChainFailure::consumed)
     }
 
     fn stage_then_wait_prev(g: &mut RingGuard<'_>, prev_slot: Option<usize>, cur_slot: usize) -> Result<()> {
@@ -268,5 +279,25 @@ impl NeuronDevice {
             Some(p) => g.wait(p, cur_slot),
             None => Ok(()),
         }
+    }
+}
+
+/// A failed double-buffer call, and whether it consumed its `prev` handle's copy (waited for and released it,
+/// or found it aborted). A refusal before anything was staged leaves `prev` in flight, its caller's still.
+#[derive(Debug)]
+pub(crate) struct ChainFailure {
+    pub error: NdmaError,
+    pub prev_consumed: bool,
+}
+
+impl ChainFailure {
+    /// Refused before anything was staged: `prev` is untouched.
+    fn refused(error: NdmaError) -> ChainFailure {
+        ChainFailure { error, prev_consumed: false }
+    }
+
+    /// Failed after `prev` was taken over by the call (or it held nothing).
+    fn consumed(error: NdmaError) -> ChainFailure {
+        ChainFailure { error, prev_consumed: true }
     }
 }

@@ -291,7 +291,7 @@ impl<'d> InFlight<'d> {
             self.wait()?;
             return dev.start(next);
         }
-        let r = self.dev.memcpy_mc_async(
+        let r = self.dev.memcpy_mc_chained(
             &next.src,
             &next.dst,
             next.src_offset,
@@ -306,13 +306,13 @@ impl<'d> InFlight<'d> {
                 Ok(InFlight { dev: self.dev, nc: self.nc, handle: Some(handle) })
             }
             // Refused before staging: this copy is still in flight on its context.
-            Err(e) if self.dev.is_in_use(self.nc, prev) => {
+            Err(f) if !f.prev_consumed => {
                 self.wait()?;
-                Err(e)
+                Err(f.error)
             }
-            Err(e) => {
+            Err(f) => {
                 self.handle = None;
-                Err(e)
+                Err(f.error)
             }
         }
     }
