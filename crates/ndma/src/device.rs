@@ -148,7 +148,8 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// Allocation failures ([`NdmaError::NoMemory`]) and queue-init errors from the HAL.
+    /// [`NdmaError::OutOfRange`] for an HBM range past the 64-bit address space, allocation failures
+    /// ([`NdmaError::NoMemory`]) and queue-init errors from the HAL.
     pub(crate) fn new(
         index: u32,
         dhal: &'static dyn Dhal,
@@ -156,6 +157,8 @@ impl NeuronDevice {
         hw: DeviceHw,
         registry: Weak<Registry>,
     ) -> Result<Self> {
+        // Refused before any register is written.
+        let pool = MemPool::new(hw.hbm_base, hw.hbm_size, dhal.pci_host_base())?;
         let mmio: &dyn Mmio = &*hw.bar0;
         // Each H2T engine is brought up once, through the HAL, before the first of its queues.
         let mut engines: Vec<udma::Udma> = Vec::new();
@@ -176,7 +179,6 @@ impl NeuronDevice {
             };
             rings.push(Some(H2tRing::new(&engine, dhal, &*platform, mmio, nc)?));
         }
-        let pool = MemPool::new(hw.hbm_base, hw.hbm_size, dhal.pci_host_base());
         let memset_mc = pool.alloc_host(&*platform, MEMSET_HOST_BUF_SIZE, 0)?;
         Ok(NeuronDevice {
             index,

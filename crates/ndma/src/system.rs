@@ -68,7 +68,8 @@ impl System {
     /// # Errors
     ///
     /// [`crate::NdmaError::ArchMismatch`] when a device reports another generation than `arch` (nothing is
-    /// brought up then); otherwise the first device bring-up failure.
+    /// brought up then); otherwise the first device bring-up failure ([`crate::NdmaError::OutOfRange`] for an
+    /// HBM range that ends past the 64-bit address space).
     pub fn new(arch: Arch, platform: Arc<dyn Platform>, hw: Vec<DeviceHw>) -> Result<System> {
         if let Some((device, h)) = hw.iter().enumerate().find(|(_, h)| h.arch != arch) {
             return Err(crate::NdmaError::ArchMismatch { device: device as u32, declared: arch, found: h.arch });

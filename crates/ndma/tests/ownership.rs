@@ -384,6 +384,25 @@ fn a_device_of_another_generation_is_refused() {
     assert!(!emu.device(0).is_claimed(), "a refused bring-up lets the device go");
 }
 
+/// A device whose HBM range ends past the 64-bit address space is refused at bring-up with a typed error (the
+/// pool's allocator would overflow on the first device allocation), and lets the device go.
+#[test]
+fn a_device_whose_hbm_range_overflows_is_refused() {
+    let ndma_emu::Testbed { system, platform, emu } = adversarial(Arch::V3, ExecPolicy::Inline);
+    drop(system);
+    let mut hw = ndma_emu::device_hw(emu.device(0)).unwrap();
+    (hw.hbm_base, hw.hbm_size) = (u64::MAX - 0xff, 0x1000);
+    let err = ndma::System::new(Arch::V3, platform.clone(), vec![hw]).unwrap_err();
+    let want = NdmaError::OutOfRange { what: "HBM range", offset: u64::MAX - 0xff, size: 0x1000, limit: u64::MAX };
+    assert_eq!((err.clone(), err.errno()), (want, -22));
+    assert!(!emu.device(0).is_claimed(), "a refused bring-up lets the device go");
+    let system = ndma::System::new(Arch::V3, platform, vec![ndma_emu::device_hw(emu.device(0)).unwrap()]).unwrap();
+    let dev = &system.devices()[0];
+    let w = Window::new(dev, emu.device(0), Dir::H2d, 5000, 0, 9).unwrap();
+    w.copy_all().unwrap();
+    w.verify("a copy after the refused bring-up", true).unwrap();
+}
+
 /// A device is bound to one op layer at a time, as the PCI core binds it to one driver: a second op layer
 /// would program the same queues with rings of its own, and the first one's copies would hang. Once the
 /// first op layer is gone the device can be bound again, and works.

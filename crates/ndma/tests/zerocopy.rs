@@ -197,7 +197,7 @@ fn the_gates_refuse_before_anything_is_queued() {
         Err(NdmaError::OutOfRange { what: "zero-copy device window", .. })
     ));
     // A device chunk from a pool of its own names HBM the device's own chunks hold.
-    let pool = ndma::memory::MemPool::new(mc.pa(), 1 << 20, Arch::V2.pci_host_base());
+    let pool = ndma::memory::MemPool::new(mc.pa(), 1 << 20, Arch::V2.pci_host_base()).unwrap();
     let foreign = pool.alloc_device(8192, 0).unwrap();
     assert_eq!(foreign.pa(), mc.pa());
     assert_eq!(

@@ -45,13 +45,17 @@ pub struct RangeAllocator {
 }
 
 impl RangeAllocator {
-    /// An allocator over `[base, base + size)`, all free.
+    /// An allocator over `[base, base + size)`, all free. A range running past the end of the address space
+    /// is cut short so that its end, `u64::MAX` at most, stays representable.
     ///
     /// ```
     /// let a = range_allocator::RangeAllocator::new(0x1000, 0x4000);
     /// assert_eq!((a.free_bytes(), a.free_ranges()), (0x4000, 1));
+    /// let top = range_allocator::RangeAllocator::new(u64::MAX - 0xff, 0x1000);
+    /// assert_eq!(top.free_bytes(), 0xff, "cut at u64::MAX");
     /// ```
     pub fn new(base: u64, size: u64) -> Self {
+        let size = size.min(u64::MAX - base);
         let mut free = BTreeMap::new();
         if size > 0 {
             free.insert(base, size);

@@ -60,7 +60,7 @@ impl PoolShared {
 /// use ndma::memory::MemPool;
 ///
 /// // Device chunks come from an HBM range, host chunks from a platform's coherent allocator.
-/// let pool = MemPool::new(0x40_0000_0000, 1 << 20, udma::Arch::V2.pci_host_base());
+/// let pool = MemPool::new(0x40_0000_0000, 1 << 20, udma::Arch::V2.pci_host_base())?;
 /// let a = pool.alloc_device(1000, 0)?;
 /// let b = pool.alloc_device(1000, 0)?;
 /// assert_eq!((a.pa(), b.pa()), (0x40_0000_0000, 0x40_0000_0400), "256-byte aligned");
@@ -96,9 +96,23 @@ pub struct PoolUsage {
 impl MemPool {
     /// A pool whose device chunks come from `[hbm_base, hbm_base + hbm_size)`; host chunks' PAs get
     /// `pci_host_base` (example on [`MemPool`]).
-    pub fn new(hbm_base: u64, hbm_size: u64, pci_host_base: u64) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::OutOfRange`] when the HBM range ends past the 64-bit address space.
+    ///
+    /// ```
+    /// use ndma::{memory::MemPool, NdmaError};
+    ///
+    /// let err = MemPool::new(u64::MAX - 0xff, 0x1000, 0).err();
+    /// assert_eq!(err, Some(NdmaError::OutOfRange { what: "HBM range", offset: u64::MAX - 0xff, size: 0x1000, limit: u64::MAX }));
+    /// ```
+    pub fn new(hbm_base: u64, hbm_size: u64, pci_host_base: u64) -> Result<Self> {
+        if hbm_base.checked_add(hbm_size).is_none() {
+            return Err(NdmaError::OutOfRange { what: "HBM range", offset: hbm_base, size: hbm_size, limit: u64::MAX });
+        }
         let inner = PoolInner { host: BTreeMap::new(), hbm: RangeAllocator::new(hbm_base, hbm_size), device_chunks: 0 };
-        MemPool { shared: Arc::new(PoolShared { inner: Mutex::new(inner) }), pci_host_base, hbm_size }
+        Ok(MemPool { shared: Arc::new(PoolShared { inner: Mutex::new(inner) }), pci_host_base, hbm_size })
     }
 
     /// Did `mc` come from this pool?
