@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use udma::Mmio;
 
-use crate::memory::{MemChunk, MemPool};
+use crate::memory::{HostDomain, MemChunk, MemPool};
 use crate::ring::H2tRing;
 use crate::stats::StatsSnapshot;
 use crate::system::Registry;
@@ -156,9 +156,10 @@ impl NeuronDevice {
         platform: Arc<dyn Platform>,
         hw: DeviceHw,
         registry: Weak<Registry>,
+        host_domain: Arc<HostDomain>,
     ) -> Result<Self> {
         // Refused before any register is written.
-        let pool = MemPool::new(hw.hbm_base, hw.hbm_size, dhal.pci_host_base())?;
+        let pool = MemPool::in_domain(hw.hbm_base, hw.hbm_size, dhal.pci_host_base(), host_domain)?;
         let mmio: &dyn Mmio = &*hw.bar0;
         // Each H2T engine is brought up once, through the HAL, before the first of its queues.
         let mut engines: Vec<udma::Udma> = Vec::new();
@@ -430,15 +431,17 @@ impl NeuronDevice {
         !self.dhal.retry_memcpy() || self.zerocopy_trn1_override.load(Ordering::Relaxed)
     }
 
-    /// Checks that `mc` can be DMAed here: a host chunk from any pool (host memory is the same for every
-    /// device), a device chunk only from this device's pool — another device's HBM PA names this device's
-    /// HBM, where it would land in whatever chunk holds that address.
+    /// Checks that `mc` can be DMAed here: a host chunk from the pool of any device of this system (host
+    /// memory is the same for all of them — but not for another system, whose platform's addresses name
+    /// other memory), a device chunk only from this device's pool — another device's HBM PA names this
+    /// device's HBM, where it would land in whatever chunk holds that address.
     ///
     /// # Errors
     ///
     /// [`NdmaError::ForeignChunk`] naming the chunk `what`.
     pub(crate) fn check_own_chunk(&self, what: &'static str, mc: &MemChunk) -> Result<()> {
-        if mc.is_host() || self.pool.owns(mc) {
+        let ours = if mc.is_host() { self.pool.shares_host_domain(mc) } else { self.pool.owns(mc) };
+        if ours {
             Ok(())
         } else {
             Err(NdmaError::ForeignChunk { what })

@@ -92,9 +92,10 @@ pub enum NdmaError {
     /// Staging the completion marker failed (the driver's bare `-1`).
     #[error("staging the completion marker failed: {0}")]
     MarkerStaging(UdmaError),
-    /// A device chunk of another device (or of a pool of one's own) handed to this device's DMA (`-EINVAL`):
-    /// its PA names HBM of that device, which here is some other memory.
-    #[error("{what}: a device chunk of another device's memory pool")]
+    /// A chunk this device cannot DMA (`-EINVAL`): a device chunk of another device (or of a pool of one's
+    /// own), whose PA names HBM of that device, which here is some other memory; or a host chunk of another
+    /// system (or of a pool made apart from one), whose PA is an address of another platform.
+    #[error("{what}: a chunk of another device's memory pool, or host memory of another system")]
     ForeignChunk {
         /// Which chunk.
         what: &'static str,

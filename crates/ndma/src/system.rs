@@ -5,6 +5,7 @@ use std::sync::{Arc, RwLock, Weak};
 use udma::Arch;
 
 use crate::device::{DeviceHw, NeuronDevice};
+use crate::memory::HostDomain;
 use crate::zerocopy::prepinned::PinnedStore;
 use crate::{arch, Platform, Result};
 
@@ -76,11 +77,15 @@ impl System {
         }
         let registry = Arc::new(Registry::default());
         let dhal = arch::dhal(arch);
+        // The devices share the platform, so each other's host chunks.
+        let host_domain = Arc::new(HostDomain);
         let devices = hw
             .into_iter()
             .enumerate()
             .map(|(i, hw)| {
-                NeuronDevice::new(i as u32, dhal, Arc::clone(&platform), hw, Arc::downgrade(&registry)).map(Arc::new)
+                let (platform, registry, domain) =
+                    (Arc::clone(&platform), Arc::downgrade(&registry), Arc::clone(&host_domain));
+                NeuronDevice::new(i as u32, dhal, platform, hw, registry, domain).map(Arc::new)
             })
             .collect::<Result<Vec<_>>>()?;
         for d in &devices {

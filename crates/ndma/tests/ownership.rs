@@ -384,6 +384,45 @@ fn a_device_of_another_generation_is_refused() {
     assert!(!emu.device(0).is_claimed(), "a refused bring-up lets the device go");
 }
 
+/// A host chunk's device address means something only on the platform that allocated it: a host chunk of
+/// another system (another platform — here another model) is refused by every entry point with `-EINVAL`,
+/// and nothing moves. Its PA is, on this platform, the address of some unrelated chunk.
+#[test]
+fn a_host_chunk_of_another_system_is_refused_and_nothing_moves() {
+    let ours = adversarial(Arch::V3, ExecPolicy::Inline);
+    let other = adversarial(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = ours.device(0);
+    let size = 4096;
+    let foreign = other.system.devices()[0].alloc_host(size, 0).unwrap();
+    let victim = dev.alloc_host(size, 0).unwrap();
+    assert_eq!(foreign.pa(), victim.pa(), "both platforms handed out the same address");
+    foreign.fill(0, size, 0x11).unwrap();
+    victim.fill(0, size, 0x22).unwrap();
+    let hbm = dev.alloc_device(size, 0).unwrap();
+    fill_chunk(emu, &hbm, 0, size, 0x33).unwrap();
+    let refused = |what| NdmaError::ForeignChunk { what };
+    assert_eq!(dev.memcpy_mc(&hbm, &foreign, 0, 0, size), Err(refused("destination chunk")));
+    assert_eq!(dev.memcpy_mc(&foreign, &hbm, 0, 0, size), Err(refused("source chunk")));
+    assert_eq!(dev.memcpy_mc(&foreign, &victim, 0, 0, size), Err(refused("source chunk")));
+    assert_eq!(dev.memcpy_mc_async(&hbm, &foreign, 0, 0, size, 0, CtxHandle::None), Err(refused("destination chunk")));
+    assert_eq!(dev.copy(&Transfer::new(&foreign, &hbm, size)), Err(refused("source chunk")));
+    assert_eq!(dev.memset(&foreign, 0, 0x44, size), Err(refused("memset window")));
+    // A pool made apart from the system is a domain of its own too.
+    let apart = ndma::memory::MemPool::new(0, 0, Arch::V3.pci_host_base()).unwrap();
+    let loose = apart.alloc_host(&**dev.platform(), size, 0).unwrap();
+    assert_eq!(dev.memcpy_mc(&hbm, &loose, 0, 0, size), Err(refused("destination chunk")));
+    let bytes = |c: &ndma::MemChunk| {
+        let mut out = vec![0u8; size as usize];
+        c.read(0, &mut out).unwrap();
+        out
+    };
+    assert!(bytes(&victim).iter().all(|&b| b == 0x22), "this system's chunk at the same address untouched");
+    assert!(bytes(&foreign).iter().all(|&b| b == 0x11));
+    assert!(read_vec(emu, &hbm, 0, size).unwrap().iter().all(|&b| b == 0x33));
+    assert_eq!(dev.ring_stats(0).unwrap().submitted, 0, "nothing staged");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+}
+
 /// A device whose HBM range ends past the 64-bit address space is refused at bring-up with a typed error (the
 /// pool's allocator would overflow on the first device allocation), and lets the device go.
 #[test]

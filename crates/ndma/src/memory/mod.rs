@@ -18,4 +18,5 @@ mod chunk;
 mod pool;
 
 pub use chunk::{MemChunk, MemLocation};
+pub(crate) use pool::HostDomain;
 pub use pool::{MemPool, PoolUsage};

@@ -14,7 +14,15 @@ const DEVICE_CHUNK_ALIGN: u64 = 256;
 
 pub(crate) struct PoolShared {
     inner: Mutex<PoolInner>,
+    /// Whose host memory the pool's host chunks are: one token for every device of a [`crate::System`] (they
+    /// share its platform), a token of its own for a pool made apart from a system.
+    host_domain: Arc<HostDomain>,
 }
+
+/// The identity of one host-memory domain (see [`PoolShared`]): a host chunk's device address means something
+/// only to devices of the domain that allocated it.
+#[derive(Debug, Default)]
+pub(crate) struct HostDomain;
 
 struct PoolInner {
     /// Live host chunks: tagged PA → size.
@@ -108,16 +116,32 @@ impl MemPool {
     /// assert_eq!(err, Some(NdmaError::OutOfRange { what: "HBM range", offset: u64::MAX - 0xff, size: 0x1000, limit: u64::MAX }));
     /// ```
     pub fn new(hbm_base: u64, hbm_size: u64, pci_host_base: u64) -> Result<Self> {
+        Self::in_domain(hbm_base, hbm_size, pci_host_base, Arc::default())
+    }
+
+    /// [`MemPool::new`] in host-memory domain `host_domain` (a system's devices share one).
+    pub(crate) fn in_domain(
+        hbm_base: u64,
+        hbm_size: u64,
+        pci_host_base: u64,
+        host_domain: Arc<HostDomain>,
+    ) -> Result<Self> {
         if hbm_base.checked_add(hbm_size).is_none() {
             return Err(NdmaError::OutOfRange { what: "HBM range", offset: hbm_base, size: hbm_size, limit: u64::MAX });
         }
         let inner = PoolInner { host: BTreeMap::new(), hbm: RangeAllocator::new(hbm_base, hbm_size), device_chunks: 0 };
-        Ok(MemPool { shared: Arc::new(PoolShared { inner: Mutex::new(inner) }), pci_host_base, hbm_size })
+        let shared = Arc::new(PoolShared { inner: Mutex::new(inner), host_domain });
+        Ok(MemPool { shared, pci_host_base, hbm_size })
     }
 
     /// Did `mc` come from this pool?
     pub(crate) fn owns(&self, mc: &MemChunk) -> bool {
         Arc::ptr_eq(&self.shared, mc.pool())
+    }
+
+    /// Did `mc` come from a pool of this pool's host-memory domain?
+    pub(crate) fn shares_host_domain(&self, mc: &MemChunk) -> bool {
+        Arc::ptr_eq(&self.shared.host_domain, &mc.pool().host_domain)
     }
 
     /// Allocates a host chunk of `size` bytes owned by NC `nc_id` (example on [`MemPool`]).
