@@ -1060,6 +1060,34 @@ fn async_zero_copy_and_classic_copies_share_a_ring() {
     z.assert_no_leaks("shared ring");
 }
 
+/// Zero-copy pieces issue while the ring has room for one more (65 slots), so one async request can leave
+/// the ring nearly full; a classic copy on the same ring then needs more slots than are free. It makes room by
+/// retiring the zero-copy pieces ahead of it (their completions are posted as the completion thread would),
+/// instead of failing to stage — a failure nobody injected. (The completion thread may retire the pieces
+/// first — then there is room anyway — so the scenario runs four times: before the fix, the copy failed to
+/// stage in two runs of three.)
+#[test]
+fn a_classic_copy_behind_a_ring_full_of_zero_copy_pieces_makes_room() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = (z.dev(), z.emu());
+    let cq = z.cq();
+    // 130 pieces of 64 scattered pages: 65 slots each, 125 of them fill the 8176 free slots to 51.
+    let pages = 130 * 64;
+    let (va, data, zc_mc) = z.source_and_target(pages, 41);
+    let w = Window::new(dev, emu, Dir::H2d, 4 << 20, 0, 42).unwrap();
+    let op = BatchOp { offset: 0, size: pages * PAGE, buffer: va };
+    for seq in 1..=4 {
+        dev.zerocopy_submit(0, &[op], &zc_mc, 0, -1, true, seq, 10 * seq).unwrap();
+        // 64 data descriptors and the marker: more than the ring has free right after the submit.
+        w.copy_all().unwrap();
+        w.verify("a 4 MiB classic copy behind the zero-copy pieces", true).unwrap();
+        assert_eq!(take(&cq, 1), [CqEntry { sequence_num: seq, compl_ret: 0, context: 10 * seq }]);
+    }
+    assert!(read_vec(emu, &zc_mc, 0, pages * PAGE).unwrap() == data);
+    assert_eq!(dev.ring_stats(0).unwrap().timeouts, 0);
+    z.assert_no_leaks("classic behind zero-copy");
+}
+
 #[test]
 fn dropping_the_device_with_pieces_that_cannot_move_releases_them() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);

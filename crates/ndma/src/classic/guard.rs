@@ -10,7 +10,7 @@
 
 use std::sync::MutexGuard;
 
-use super::split::stage_batch;
+use super::split::{batch_slots, stage_batch};
 use crate::context::{CtxHandle, DmaContext};
 use crate::device::NeuronDevice;
 use crate::ring::{H2tRing, RingInner};
@@ -52,12 +52,30 @@ impl<'a> RingGuard<'a> {
     ///
     /// HAL errors while staging; the caller must [`RingGuard::recover`] (part of a batch may be staged).
     pub(crate) fn stage(&mut self, slot: usize) -> Result<()> {
+        self.make_room(batch_slots(self.inner.contexts[slot].remaining))?;
         stage_batch(self.dev.dhal, &*self.dev.bar0, self.ring, &mut self.inner, slot)?;
         let seq = self.inner.next_seq;
         self.inner.next_seq += 1;
         let ctx = &mut self.inner.contexts[slot];
         ctx.in_flight = ctx.pending_transfers;
         ctx.staged_seq = seq;
+        Ok(())
+    }
+
+    /// Until `needed` descriptor slots are free, retires the zero-copy pieces at the head of the ring's queue
+    /// (posting their requests' completions as the completion thread would): pieces issue while the ring has
+    /// room for one more, so they can leave less than a classic batch needs. Classic contexts alone always fit
+    /// (three batches of at most 2032 slots in 8176).
+    ///
+    /// # Errors
+    ///
+    /// A failed synchronous zero-copy piece (none is queued while a classic copy holds the ring lock).
+    fn make_room(&mut self, needed: u32) -> Result<()> {
+        while self.inner.zc.is_some() && self.ring_available() < needed {
+            if !self.zc_retire_one()? {
+                break;
+            }
+        }
         Ok(())
     }
 

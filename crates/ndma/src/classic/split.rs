@@ -32,6 +32,13 @@ const _: () = assert!(SYNC_THRESHOLD == 2031);
 /// [`NeuronDevice::start`](crate::NeuronDevice::start)).
 pub const MAX_BATCH_BYTES: u64 = SYNC_THRESHOLD as u64 * MAX_DMA_DESC_SIZE as u64;
 
+/// Ring slots the next batch of a transfer with `remaining` bytes takes: its data descriptors (at most
+/// `SYNC_THRESHOLD` of 64 KiB) and the marker.
+pub(crate) fn batch_slots(remaining: u64) -> u32 {
+    let data = remaining.div_ceil(u64::from(MAX_DMA_DESC_SIZE)).clamp(1, u64::from(SYNC_THRESHOLD));
+    data as u32 + 1
+}
+
 /// Stage the next batch of context `slot` (from its `offset`, at most `SYNC_THRESHOLD` data descriptors),
 /// add the marker and trigger. On return the context's `pending_transfers` and `outstanding` describe the
 /// batch. On error the caller must re-initialise the ring: part of a batch may be staged.
@@ -76,4 +83,19 @@ pub(crate) fn stage_batch(
     ring.stats.add_doorbells(2);
     tracing::debug!(nc = ring.nc, count, bytes = staged, "doorbells rung (RX then TX)");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_takes_its_data_descriptors_and_the_marker() {
+        let desc = u64::from(MAX_DMA_DESC_SIZE);
+        let cases = [(1, 2), (desc, 2), (desc + 1, 3), (MAX_BATCH_BYTES - 1, 2032), (MAX_BATCH_BYTES, 2032)];
+        for (remaining, slots) in cases {
+            assert_eq!(batch_slots(remaining), slots, "{remaining} bytes");
+        }
+        assert_eq!(batch_slots(MAX_BATCH_BYTES * 3), SYNC_THRESHOLD + 1, "a batch of a larger copy is a full one");
+    }
 }
