@@ -34,7 +34,7 @@ use crate::verify::op::{Detail, Draw, OpSpec, Segment, ZcDraw, ZcLayout};
 use crate::verify::pattern::Pattern;
 use crate::verify::plan::RingWork;
 use crate::verify::rng::{derive, OpRng};
-use crate::verify::size::RANDOM_MAX;
+use crate::verify::size::BATCH_EDGES;
 use ndma_emu::test_utils::Dir;
 
 /// The pid of the campaign's zero-copy processes.
@@ -48,8 +48,10 @@ pub const EFAULT: i32 = -14;
 /// How long an accepted async request may take to complete before its completion counts as lost. Nothing in
 /// the campaign stalls the completion thread, so reaching it is a bug (reported, never retried).
 const CQE_LIMIT: Duration = Duration::from_secs(60);
-/// Largest zero-copy window drawn.
-const MAX_BYTES: u64 = RANDOM_MAX;
+/// Largest zero-copy window drawn: the ordinary sizes, and from the large classes (`--big-rate`) up to the
+/// largest batch edge — about 500 pieces, enough for one async request to fill its ring (which a classic copy
+/// on the same NC must then make room in).
+const MAX_BYTES: u64 = BATCH_EDGES[BATCH_EDGES.len() - 1];
 
 pub(super) fn draw(d: &mut Draw<'_>, nc: u32, is_async: bool) -> Drawn {
     let dir = if d.rng.random_bool(0.5) { Dir::H2d } else { Dir::D2h };
