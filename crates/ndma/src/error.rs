@@ -214,6 +214,14 @@ pub enum NdmaError {
     /// The zero-copy completion thread could not be started (`-ENOMEM`).
     #[error("cannot start the completion thread: {0}")]
     Thread(String),
+    /// An async zero-copy request on a device kept past its [`System`](crate::System) (`-ENODEV`): dropping the
+    /// system stopped the device's completion thread, which does not start again. The synchronous paths
+    /// keep working.
+    #[error("device {device}: its system was dropped, and with it the completion thread async requests need")]
+    CompletionThreadStopped {
+        /// The device.
+        device: u32,
+    },
     /// The V2 reset-window retry gave up after the bounded number of replays (`-ETIMEDOUT`).
     #[error("DMA still hung after {replays} reset-window replays")]
     RetryExhausted {
@@ -295,7 +303,7 @@ impl NdmaError {
             NdmaError::ContextInUse(_) => -errno::EBUSY,
             NdmaError::Aborted(_) => -errno::EIO,
             NdmaError::MarkerStaging(_) => -errno::EPERM,
-            NdmaError::ArchMismatch { .. } => -ENODEV,
+            NdmaError::ArchMismatch { .. } | NdmaError::CompletionThreadStopped { .. } => -ENODEV,
             NdmaError::InvalidQueueType(_) => -errno::EPERM,
             NdmaError::OutOfRange { .. }
             | NdmaError::ForeignChunk { .. }

@@ -1088,6 +1088,35 @@ fn a_classic_copy_behind_a_ring_full_of_zero_copy_pieces_makes_room() {
     z.assert_no_leaks("classic behind zero-copy");
 }
 
+/// A device outlives its `System` when a caller keeps it, but dropping the system stopped its completion
+/// thread: an async request, which only that thread completes, is refused (`-ENODEV`) instead of being queued
+/// where nothing would ever complete it (the stopped thread used to be started again still stopping, and it
+/// left at once); a sync request still works.
+#[test]
+fn a_device_kept_past_its_system_refuses_async_requests_and_serves_sync_ones() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let Zc { tb, mm, _enter } = z;
+    let ndma_emu::Testbed { system, platform, emu } = tb;
+    let dev = Arc::clone(&system.devices()[0]);
+    drop(system);
+    let va = mm.map(&MapSpec::new(64, Placement::Scattered { seed: 3 })).unwrap();
+    mm.write(va, &pattern(44, 0, 64 * PAGE as usize)).unwrap();
+    let mc = alloc(&dev, false, 64 * PAGE, 0).unwrap();
+    let op = [BatchOp { offset: 0, size: 64 * PAGE, buffer: va }];
+    let err = dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 5, 50).unwrap_err();
+    assert_eq!((err.clone(), err.errno()), (NdmaError::CompletionThreadStopped { device: 0 }, -19));
+    assert_eq!(dev.zerocopy_submit_completed(0, -1, 6, 0, 60), Err(err));
+    assert!(!dev.zerocopy_status(0).unwrap().thread_running);
+    dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).unwrap();
+    assert!(read_vec(emu.device(0), &mc, 0, 64 * PAGE).unwrap() == pattern(44, 0, 64 * PAGE as usize));
+    let s = dev.zerocopy_status(0).unwrap();
+    assert_eq!((s.contexts, s.pinned_pages), (0, 0));
+    drop((mc, dev, platform));
+    let leak = emu.host().frames().leak_check();
+    assert!(leak.is_clean(), "{leak:?}");
+    drop((mm, _enter));
+}
+
 #[test]
 fn dropping_the_device_with_pieces_that_cannot_move_releases_them() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);

@@ -77,7 +77,8 @@ impl NeuronDevice {
     /// [`NdmaError::ZeroCopyUnsupported`] (`-EINVAL`, V2 without the override),
     /// [`NdmaError::AsyncZeroCopyUnsupported`] (`-EINVAL`, async on V2), [`NdmaError::OutOfRange`] for an op
     /// outside `mc` or overflowing, [`NdmaError::NoAddressSpace`] (`-EFAULT`),
-    /// [`NdmaError::CompletionBacklogFull`] (`-EBUSY`, async, when nobody consumes the completions). Then:
+    /// [`NdmaError::CompletionBacklogFull`] (`-EBUSY`, async, when nobody consumes the completions),
+    /// [`NdmaError::CompletionThreadStopped`] (`-ENODEV`, async on a device kept past its system). Then:
     /// [`NdmaError::QueueFull`] (`-EBUSY`, async), pin errors ([`NdmaError::Pin`]), and for a sync request the
     /// waits' errors. On any error the request's queued pieces are drained (waited for if submitted,
     /// unpinned); other requests' pieces are untouched, also those of a request with the same sequence number
@@ -181,7 +182,8 @@ impl NeuronDevice {
     /// # Errors
     ///
     /// [`NdmaError::NotOwner`], [`NdmaError::AsyncZeroCopyUnsupported`], [`NdmaError::QueueFull`],
-    /// [`NdmaError::CompletionBacklogFull`], and failures to start the completion thread.
+    /// [`NdmaError::CompletionBacklogFull`], and failures to start the completion thread
+    /// ([`NdmaError::CompletionThreadStopped`] once its system was dropped).
     pub fn zerocopy_submit_completed(
         &self,
         nc: u32,

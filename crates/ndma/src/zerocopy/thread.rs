@@ -64,11 +64,17 @@ pub(crate) struct CompletionThread {
 }
 
 impl CompletionThread {
-    /// `ndma_h2d_create_cmpltn_thread`: starts the thread if it is not running.
+    /// `ndma_h2d_create_cmpltn_thread`: starts the thread if it is not running — unless it was stopped
+    /// ([`CompletionThread::stop`]): a stopped thread stays stopped, and a request that would need it is refused
+    /// rather than queued where nothing completes it.
     pub(crate) fn ensure(&self, dev: &NeuronDevice, _bit: u32) -> Result<()> {
         let mut h = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         if h.is_some() {
             return Ok(());
+        }
+        // Acquire: pairs with `stop`'s Release (read under the handle lock `stop` takes after setting it).
+        if self.shared.stop.load(Ordering::Acquire) {
+            return Err(NdmaError::CompletionThreadStopped { device: dev.index() });
         }
         let weak = dev.self_ref();
         let shared = Arc::clone(&self.shared);
