@@ -62,6 +62,12 @@ impl HostMemory {
         lock(&self.alloc)
     }
 
+    /// The physical address of the `len` bytes the CPU sees at `cpu`, if they are all this DRAM
+    /// ([`MemSpace::pa_of`]).
+    pub fn pa_of(&self, cpu: *const u8, len: usize) -> Option<u64> {
+        self.space.pa_of(cpu, len)
+    }
+
     /// The underlying space (physical-address read/write/fill for tests).
     pub fn space(&self) -> &MemSpace {
         &self.space

@@ -136,6 +136,15 @@ impl MemSpace {
         self.size
     }
 
+    /// The physical address of the `len` bytes the CPU sees at `cpu`, if they all lie in this space's mapping
+    /// (the model's `virt_to_phys`): pointer arithmetic only, nothing is dereferenced.
+    pub fn pa_of(&self, cpu: *const u8, len: usize) -> Option<u64> {
+        let off = (cpu as usize).checked_sub(self.ptr as usize)?;
+        let end = off.checked_add(len)?;
+        // `off < end <= size`, which fits u64.
+        (end as u64 <= self.size).then(|| self.base + off as u64)
+    }
+
     /// Offset of `[pa, pa + len)` inside the space, or `None` if any byte of it lies outside.
     pub fn offset_of(&self, pa: u64, len: u64) -> Option<usize> {
         let off = pa.checked_sub(self.base)?;

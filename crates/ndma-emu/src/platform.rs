@@ -200,6 +200,10 @@ impl Platform for EmuPlatform {
         Ok(Arc::new(buf))
     }
 
+    fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64> {
+        self.host.pa_of(cpu, len)
+    }
+
     fn current_mm(&self) -> Option<Arc<dyn ndma::UserMm>> {
         crate::user::current_mm_on(&self.host)
     }

@@ -58,6 +58,12 @@ impl Arena {
     }
 
     /// CPU pointer to `[pa, pa + len)`, or `None` when the range is not inside the arena.
+    /// The physical address of the `len` bytes at CPU address `cpu`, if they lie in the arena.
+    fn pa_of(&self, cpu: *const u8, len: usize) -> Option<u64> {
+        let off = (cpu as usize).checked_sub(self.ptr as usize)?;
+        (off.checked_add(len)? <= self.len).then(|| self.base + off as u64)
+    }
+
     fn at(&self, pa: u64, len: usize) -> Option<*mut u8> {
         let off = usize::try_from(pa.checked_sub(self.base)?).ok()?;
         // SAFETY: `off + len <= self.len` (checked first), so the pointer stays inside the allocation.
@@ -169,6 +175,10 @@ impl Platform for PlainPlatform {
             Some(region) => Ok(Arc::new(region)),
             None => Err(NdmaError::NoMemory { what: "host", size: len as u64 }),
         }
+    }
+
+    fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64> {
+        self.host.arena.pa_of(cpu, len)
     }
 }
 

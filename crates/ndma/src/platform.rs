@@ -110,6 +110,9 @@ pub trait UserMm: Send + Sync {
 ///     fn alloc_coherent(&self, len: usize) -> ndma::Result<HostBuf> {
 ///         self.inner.alloc_coherent(len)
 ///     }
+///     fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64> {
+///         self.inner.virt_to_phys(cpu, len)
+///     }
 /// }
 ///
 /// let platform = Arc::new(Counting { inner: model_platform, delays: AtomicU64::new(0) });
@@ -150,6 +153,12 @@ pub trait Platform: Send + Sync {
     ///
     /// [`crate::NdmaError::NoMemory`] when host memory is exhausted.
     fn alloc_coherent(&self, len: usize) -> Result<HostBuf>;
+    /// `virt_to_phys`: the host physical address (without `pci_host_base`) at which this platform's devices
+    /// reach the `len` bytes the CPU sees at `cpu`, or `None` when they are not all host memory its devices
+    /// reach at one run of addresses — memory of another platform (another system's host DRAM, another
+    /// IOMMU domain) among them. The buffer copies ask it rather than trust a buffer's own
+    /// [`DmaMemory::phys_addr`], as the driver derives a kernel buffer's device address from its virtual one.
+    fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64>;
     /// Best-effort fault-in of a user range (`ndma_prefetch_user_pages`); failures are for logging only.
     fn prefetch_user_pages(&self, addr: u64, len: u64) -> std::result::Result<(), String> {
         let _ = (addr, len);

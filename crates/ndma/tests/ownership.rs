@@ -385,8 +385,9 @@ fn a_device_of_another_generation_is_refused() {
 }
 
 /// A host chunk's device address means something only on the platform that allocated it: a host chunk of
-/// another system (another platform — here another model) is refused by every entry point with `-EINVAL`,
-/// and nothing moves. Its PA is, on this platform, the address of some unrelated chunk.
+/// another system (another platform — here another model), or its memory handed over as a buffer, is refused
+/// by every entry point with `-EINVAL`, and nothing moves. Its PA is, on this platform, the address of some
+/// unrelated chunk.
 #[test]
 fn a_host_chunk_of_another_system_is_refused_and_nothing_moves() {
     let ours = adversarial(Arch::V3, ExecPolicy::Inline);
@@ -407,6 +408,10 @@ fn a_host_chunk_of_another_system_is_refused_and_nothing_moves() {
     assert_eq!(dev.memcpy_mc_async(&hbm, &foreign, 0, 0, size, 0, CtxHandle::None), Err(refused("destination chunk")));
     assert_eq!(dev.copy(&Transfer::new(&foreign, &hbm, size)), Err(refused("source chunk")));
     assert_eq!(dev.memset(&foreign, 0, 0x44, size), Err(refused("memset window")));
+    // The same memory as a buffer: the platform does not reach it at the buffer's address.
+    let buf = foreign.host_buf().unwrap();
+    assert_eq!(dev.memcpy_buf_from_mc(&**buf, 0, &hbm, 0, size), Err(refused("destination buffer")));
+    assert_eq!(dev.memcpy_buf_to_mc(&**buf, 0, &hbm, 0, size), Err(refused("source buffer")));
     // A pool made apart from the system is a domain of its own too.
     let apart = ndma::memory::MemPool::new(0, 0, Arch::V3.pci_host_base()).unwrap();
     let loose = apart.alloc_host(&**dev.platform(), size, 0).unwrap();

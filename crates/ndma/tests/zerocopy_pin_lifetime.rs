@@ -78,6 +78,9 @@ impl Platform for SpyPlatform {
     fn alloc_coherent(&self, len: usize) -> ndma::Result<HostBuf> {
         self.inner.alloc_coherent(len)
     }
+    fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64> {
+        self.inner.virt_to_phys(cpu, len)
+    }
     fn current_mm(&self) -> Option<Arc<dyn UserMm>> {
         let inner = self.inner.current_mm()?;
         Some(Arc::new(SpyMm { inner, watch: Arc::clone(&self.watch) }))

@@ -139,7 +139,8 @@ impl NeuronDevice {
     /// # Errors
     ///
     /// [`NdmaError::OutOfRange`] when a window falls outside the buffer or chunk, [`NdmaError::ForeignChunk`]
-    /// for a device chunk of another device; otherwise as
+    /// for a chunk this device cannot DMA, or a buffer its platform does not reach at the buffer's address
+    /// ([`Platform::virt_to_phys`](crate::Platform::virt_to_phys): another system's memory); otherwise as
     /// [`NeuronDevice::memcpy`].
     pub fn memcpy_buf_to_mc(
         &self,
@@ -177,10 +178,17 @@ impl NeuronDevice {
         self.offset_move(nc, s, dst, size, Moves::BOTH, None)
     }
 
+    /// The device address of `size` bytes at `off` in `buf`: its host PA as the platform translates the
+    /// buffer's CPU address (`virt_to_phys | pci_host_base`), refused when the platform's devices do not reach
+    /// it there — another platform's memory, whose own PA names unrelated memory here.
     fn buf_pa(&self, what: &'static str, buf: &dyn DmaMemory, off: u64, size: u64) -> Result<u64> {
         match off.checked_add(size) {
-            Some(end) if end <= buf.len() as u64 => Ok((buf.phys_addr() | self.dhal.pci_host_base()) + off),
-            _ => Err(NdmaError::OutOfRange { what, offset: off, size, limit: buf.len() as u64 }),
+            Some(end) if end <= buf.len() as u64 => {}
+            _ => return Err(NdmaError::OutOfRange { what, offset: off, size, limit: buf.len() as u64 }),
+        }
+        match self.platform.virt_to_phys(buf.as_ptr(), buf.len()) {
+            Some(pa) if pa == buf.phys_addr() => Ok((pa | self.dhal.pci_host_base()) + off),
+            _ => Err(NdmaError::ForeignChunk { what }),
         }
     }
 
