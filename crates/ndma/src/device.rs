@@ -180,7 +180,7 @@ impl NeuronDevice {
             };
             rings.push(Some(H2tRing::new(&engine, dhal, &*platform, mmio, nc)?));
         }
-        let memset_mc = pool.alloc_host(&*platform, MEMSET_HOST_BUF_SIZE, 0)?;
+        let memset_mc = pool.alloc_host_internal(&*platform, MEMSET_HOST_BUF_SIZE, 0)?;
         Ok(NeuronDevice {
             index,
             dhal,
@@ -235,6 +235,12 @@ impl NeuronDevice {
     /// [`NdmaError::NoMemory`].
     pub fn alloc_host(&self, size: u64, nc: u32) -> Result<Arc<MemChunk>> {
         self.pool.alloc_host(&*self.platform, size, nc)
+    }
+
+    /// A host chunk for the op layer's own use (a completion queue): user-authored descriptors may not name
+    /// it ([`NeuronDevice::is_valid_host_mem`]).
+    pub(crate) fn alloc_host_internal(&self, size: u64, nc: u32) -> Result<Arc<MemChunk>> {
+        self.pool.alloc_host_internal(&*self.platform, size, nc)
     }
 
     /// Allocates a device (HBM) chunk owned by NC `nc`. Dropping the last reference frees it.

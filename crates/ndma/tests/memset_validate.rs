@@ -125,6 +125,35 @@ fn copy_descriptors_validates_every_pa_before_copying_anything() {
     }
 }
 
+/// The op layer's own host chunks — the memset buffer, a completion queue — are not a process's memory: a
+/// user-authored descriptor naming them is refused, though they are host chunks of the device's pool (the
+/// driver accepts them: a process could rewrite another's memset fill, or forge its completions). Their
+/// addresses are easy to learn: the memset buffer is the source of every memset's first descriptor.
+#[test]
+fn copy_descriptors_refuses_the_op_layers_own_host_chunks() {
+    let tb = adversarial(Arch::V3, ExecPolicy::Inline);
+    let (dev, emu) = tb.device(0);
+    dev.attach_process(4242);
+    let mc = dev.alloc_device(4096, 0).unwrap();
+    dev.memset(&mc, 0, 0x5a, 4096).unwrap();
+    let memset_buf = dev.ring_descriptors(0).unwrap()[0].0.tx().src;
+    let cq = dev.completion_queue(0).unwrap();
+    let own = dev.alloc_host(4096, 0).unwrap();
+    let ring_mc = dev.alloc_device(64, 0).unwrap();
+    for (what, pa) in [("memset buffer", memset_buf), ("completion queue", cq.pa())] {
+        for (qtype, build) in
+            [(NEURON_DMA_QUEUE_TYPE_TX, tx_ring as fn(&[u64]) -> Vec<u8>), (NEURON_DMA_QUEUE_TYPE_RX, rx_ring)]
+        {
+            let ring = build(&[own.pa(), pa]);
+            let err = dev.copy_descriptors(&ring, 0, &ring_mc, 0, 32, qtype).unwrap_err();
+            assert_eq!(err, NdmaError::InvalidDescriptorAddress { index: 1, pa }, "{what} q{qtype}");
+        }
+        assert!(!dev.is_valid_host_mem(pa, 16), "{what}");
+    }
+    assert!(dev.is_valid_host_mem(own.pa(), 4096), "a chunk a process allocated still is");
+    assert!(read_vec(emu, &ring_mc, 0, 64).unwrap().iter().all(|&b| b == 0), "nothing copied");
+}
+
 #[test]
 fn is_valid_host_mem_searches_neighbours_then_every_device() {
     let mut cfg = TestbedConfig::new(Instance::INF2_48XLARGE);

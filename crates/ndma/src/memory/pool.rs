@@ -27,6 +27,9 @@ pub(crate) struct HostDomain;
 struct PoolInner {
     /// Live host chunks: tagged PA → size.
     host: BTreeMap<u64, u64>,
+    /// Live host chunks of the op layer's own (the memset buffer, completion queues): tagged PA → size. They
+    /// count in the pool's usage, but no user-authored descriptor may name them ([`MemPool::holds_host_range`]).
+    internal: BTreeMap<u64, u64>,
     hbm: RangeAllocator,
     /// Live device chunks (the allocator knows their bytes, not their number).
     device_chunks: u64,
@@ -43,7 +46,9 @@ impl PoolShared {
         let mut inner = self.lock();
         match location {
             MemLocation::Host => {
-                inner.host.remove(&pa);
+                if inner.host.remove(&pa).is_none() {
+                    inner.internal.remove(&pa);
+                }
             }
             MemLocation::Device => {
                 // Chunks free exactly what they allocated, once (on drop): a refusal cannot happen.
@@ -129,7 +134,12 @@ impl MemPool {
         if hbm_base.checked_add(hbm_size).is_none() {
             return Err(NdmaError::OutOfRange { what: "HBM range", offset: hbm_base, size: hbm_size, limit: u64::MAX });
         }
-        let inner = PoolInner { host: BTreeMap::new(), hbm: RangeAllocator::new(hbm_base, hbm_size), device_chunks: 0 };
+        let inner = PoolInner {
+            host: BTreeMap::new(),
+            internal: BTreeMap::new(),
+            hbm: RangeAllocator::new(hbm_base, hbm_size),
+            device_chunks: 0,
+        };
         let shared = Arc::new(PoolShared { inner: Mutex::new(inner), host_domain });
         Ok(MemPool { shared, pci_host_base, hbm_size })
     }
@@ -150,10 +160,21 @@ impl MemPool {
     ///
     /// [`NdmaError::NoMemory`] when the platform cannot allocate it (or `size` is 0).
     pub fn alloc_host(&self, platform: &dyn Platform, size: u64, nc_id: u32) -> Result<Arc<MemChunk>> {
+        self.alloc_host_in(platform, size, nc_id, false)
+    }
+
+    /// [`MemPool::alloc_host`] for the op layer's own use: a chunk no user-authored descriptor may name.
+    pub(crate) fn alloc_host_internal(&self, platform: &dyn Platform, size: u64, nc_id: u32) -> Result<Arc<MemChunk>> {
+        self.alloc_host_in(platform, size, nc_id, true)
+    }
+
+    fn alloc_host_in(&self, platform: &dyn Platform, size: u64, nc_id: u32, internal: bool) -> Result<Arc<MemChunk>> {
         let len = usize::try_from(size).ok().filter(|&l| l > 0).ok_or(NdmaError::NoMemory { what: "host", size })?;
         let buf = platform.alloc_coherent(len)?;
         let pa = buf.phys_addr() | self.pci_host_base;
-        self.shared.lock().host.insert(pa, size);
+        let mut inner = self.shared.lock();
+        if internal { &mut inner.internal } else { &mut inner.host }.insert(pa, size);
+        drop(inner);
         Ok(Arc::new(MemChunk::new(MemLocation::Host, pa, size, nc_id, Some(buf), self.shared.clone())))
     }
 
@@ -176,16 +197,16 @@ impl MemPool {
     pub fn usage(&self) -> PoolUsage {
         let inner = self.shared.lock();
         PoolUsage {
-            host_chunks: inner.host.len() as u64,
-            host_bytes: inner.host.values().sum(),
+            host_chunks: (inner.host.len() + inner.internal.len()) as u64,
+            host_bytes: inner.host.values().chain(inner.internal.values()).sum(),
             device_chunks: inner.device_chunks,
             device_bytes: self.hbm_size - inner.hbm.free_bytes(),
         }
     }
 
-    /// `mpset_search_mc` for host memory: is `[pa, pa + len)` inside one live host chunk of this pool?
-    /// (The driver checks only the start address; we also require the end to stay inside the chunk.) Example on
-    /// [`MemPool`].
+    /// `mpset_search_mc` for host memory: is `[pa, pa + len)` inside one live host chunk of this pool? (The
+    /// driver checks only the start address; we also require the end to stay inside the chunk, and the op
+    /// layer's own chunks — the memset buffer, completion queues — are never a match.) Example on [`MemPool`].
     pub fn holds_host_range(&self, pa: u64, len: u64) -> bool {
         let inner = self.shared.lock();
         match inner.host.range(..=pa).next_back() {

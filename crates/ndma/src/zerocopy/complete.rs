@@ -48,7 +48,8 @@ impl ZcRing {
     pub(crate) fn new(dev: &NeuronDevice, nc: u32) -> Result<ZcRing> {
         let completion = dev.platform.alloc_coherent(NDMA_CTX_QUEUE_DEFAULT_CAPACITY as usize * MARKER_SLOT_SIZE)?;
         let completion_dma = completion.phys_addr() | dev.dhal.pci_host_base();
-        let cq_chunk: Arc<MemChunk> = dev.alloc_host(NDMA_H2D_COMPL_QUEUE_SIZE as u64, nc)?;
+        // The op layer's own: user-authored descriptors may not write completions into it.
+        let cq_chunk: Arc<MemChunk> = dev.alloc_host_internal(NDMA_H2D_COMPL_QUEUE_SIZE as u64, nc)?;
         Ok(ZcRing {
             queue: CtxQueue::new(NDMA_CTX_QUEUE_DEFAULT_CAPACITY, dev.zerocopy_pin_budget()),
             completion,
