@@ -184,10 +184,13 @@ impl NeuronDevice {
 /// assert!(!bar0_blocked_one_engine(base, rx5 + regs::q::CFG));
 /// // The driver's rule compares exact offsets: a write 2 bytes into the doorbell slips through.
 /// assert!(!bar0_blocked_one_engine(base, rx5 + regs::q::DRTP_INC + 2));
+/// assert!(!bar0_blocked_one_engine(u64::MAX - 0x1000, 0x28), "any base: an offset below it is not blocked");
 /// ```
 pub fn bar0_blocked_one_engine(base: u64, off: u64) -> bool {
+    // Compared engine-relative, so any `base` works (a register offset from 0 never overflows).
+    let Some(rel) = off.checked_sub(base) else { return false };
     [Direction::Tx, Direction::Rx].into_iter().any(|dir| {
-        (0..udma::DMA_MAX_Q).any(|q| regs::q::BLOCKED.iter().any(|reg| regs::queue_base(base, dir, q) + reg == off))
+        (0..udma::DMA_MAX_Q).any(|q| regs::q::BLOCKED.iter().any(|reg| regs::queue_base(0, dir, q) + reg == rel))
     })
 }
 

@@ -33,8 +33,9 @@ pub struct ZcPlan {
     pub marker_barrier: Barrier,
 }
 
-/// Plans the descriptors of a piece of `size` bytes starting `first_offset` bytes into the first of `pages`
-/// (frame addresses), to or from device address `dev_addr`.
+/// Plans the descriptors of a piece of `size` bytes starting `first_offset` bytes into `pages` (frame
+/// addresses, 4 KiB each; an offset past the first page starts in a later one), to or from device address
+/// `dev_addr`. Bytes past the last page are not planned.
 ///
 /// The barrier: reads (device → host) need none, because the in-order S2M completion write follows the data.
 /// Writes (host → device) put HBM data and the host completion on different fabric routes, so the last piece
@@ -70,6 +71,9 @@ pub fn plan_descriptors(
 ) -> ZcPlan {
     let host = arch.pci_host_base();
     let fenced = to_device && last;
+    // An offset past the first page starts in a later one (the internal caller's is always inside the first).
+    let skip = usize::try_from(first_offset / PAGE_SIZE).unwrap_or(usize::MAX).min(pages.len());
+    let (pages, first_offset) = (&pages[skip..], first_offset % PAGE_SIZE);
     // A run of k pages needs at most k descriptors (≤ 64 KiB each), so one allocation holds them all.
     let mut data = Vec::with_capacity(pages.len());
     let mut runs = 0;
@@ -107,6 +111,18 @@ mod tests {
     use super::*;
 
     const HOST_V3: u64 = udma::arch::V3_PCI_HOST_BASE;
+
+    #[test]
+    fn an_offset_past_the_first_page_starts_in_a_later_one() {
+        let frames = [0x1000, 0x9000, 0xa000];
+        let plan = plan_descriptors(Arch::V3, &frames, 5000, 100, 0x10, true, false);
+        let want = ZcDesc { src: HOST_V3 | (0x9000 + 904), dst: 0x10, len: 100, barrier: Barrier::None };
+        assert_eq!((plan.data, plan.runs), (vec![want], 1));
+        let past = plan_descriptors(Arch::V3, &frames, 3 * PAGE_SIZE, 100, 0x10, true, false);
+        assert_eq!((past.data, past.runs), (vec![], 0), "past every page: nothing to plan");
+        let far = plan_descriptors(Arch::V3, &frames, u64::MAX, 100, 0x10, true, false);
+        assert!(far.data.is_empty());
+    }
 
     #[test]
     fn consecutive_frames_merge_and_runs_split_at_64k() {
