@@ -38,6 +38,8 @@ pub(crate) struct DeviceCore {
     pub(crate) trace: Trace,
     /// The system's engine activity: doorbells mark engines in it, batches wake its waiters.
     pub(crate) activity: Arc<Activity>,
+    /// The arch has the strong-ordered write (RX `len_ctrl` bit 29, V3 on): elsewhere the bit orders nothing.
+    pub(crate) has_sow: bool,
     /// The access watch (off unless a caller watches for descriptor escapes).
     pub(crate) escapes: crate::escape::EscapeWatch,
 }
@@ -97,6 +99,7 @@ impl EmuDevice {
             resets: NcResets::new(arch),
             trace: Trace::default(),
             activity,
+            has_sow: arch != Arch::V2,
             escapes: crate::escape::EscapeWatch::default(),
         };
         Ok(EmuDevice { core: Arc::new(core), bar0: Bar0Map::new(arch), arch, claimed: AtomicBool::new(false) })

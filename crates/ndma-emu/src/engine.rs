@@ -100,6 +100,8 @@ struct Op {
 #[derive(Debug, Default)]
 pub(crate) struct ExecState {
     pub(crate) posted: PostedWrites,
+    /// A WRITE_BARRIER executed: the posted writes drain before the next descriptor does.
+    barrier_pending: bool,
     /// What the engine's recent writes covered: decides whether page-sized copies stream.
     footprint: Footprint,
     /// When the bandwidth throttle lets the next copy finish.
@@ -690,7 +692,8 @@ impl Engine {
         Ok(Op {
             copy,
             descs: 1,
-            drain_before: (t.len_ctrl.dmb() && tx.dmb_pauses) || rd.len_ctrl().sow(),
+            // SOW exists from V3 on (FACTS §1.2): a V2 engine has no strong-ordered write to honour.
+            drain_before: (t.len_ctrl.dmb() && tx.dmb_pauses) || (rd.len_ctrl().sow() && dev.has_sow),
             write_barrier: t.meta_ctrl.write_barrier(),
             dropped,
         })
@@ -780,7 +783,8 @@ impl Engine {
                 i += 1;
                 &ops[i - 1]
             };
-            if op.drain_before {
+            if op.drain_before || exec.barrier_pending {
+                exec.barrier_pending = false;
                 self.drain(dev, exec);
             }
             if delay_us > 0 {
@@ -789,9 +793,9 @@ impl Engine {
             let start = rate.map(|_| Instant::now());
             self.land(dev, exec, op, fit);
             EngineCounters::bump(&self.stats.copies, 1);
-            if op.write_barrier {
-                self.drain(dev, exec);
-            }
+            // It orders this write and the earlier ones before the later descriptors, not before this one's
+            // own successor on the fabric: misplaced on the marker, it leaves the data behind the marker.
+            exec.barrier_pending |= op.write_barrier;
             if let (Some(rate), Some(start)) = (rate, start) {
                 self.throttle(exec, op.copy.len, rate, start);
             }
@@ -816,7 +820,7 @@ impl Engine {
         };
         // Most calls end here: a posted write (a host→HBM stream), one that merges, or a marker followed by
         // posted writes.
-        if ops.len() < 2 || !may_join(0, &ops[0]) || !may_join(1, &ops[1]) {
+        if exec.barrier_pending || ops.len() < 2 || !may_join(0, &ops[0]) || !may_join(1, &ops[1]) {
             return 0;
         }
         let mut copies = [ops[0].copy; bulk::LANES];

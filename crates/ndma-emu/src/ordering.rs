@@ -6,8 +6,11 @@
 //!   (the completion marker) land immediately and can overtake them.
 //!
 //! Posted writes drain (all of them, in order):
-//! - before a descriptor whose TX carries DMB or whose RX carries SOW;
-//! - right after a descriptor whose TX meta carries WRITE_BARRIER is enqueued (its own write included);
+//! - before a descriptor whose TX carries DMB or whose RX carries SOW (V3 on: V2 has no SOW, and the bit
+//!   orders nothing there);
+//! - before the descriptor that follows one whose TX meta carries WRITE_BARRIER (its own write included):
+//!   the barrier orders its write and the earlier ones before the *later* descriptors, so misplaced on the
+//!   marker it orders nothing before the marker;
 //! - before an immediate write that would observe the difference: a host-destination write over the
 //!   *source* of a posted write (write-after-read), or a read of a posted write's *destination*;
 //! - on queue reset (`RST_Q`);

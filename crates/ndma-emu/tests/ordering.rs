@@ -81,6 +81,38 @@ fn dmb_or_sow_on_the_marker_drains_before_it() {
     }
 }
 
+/// SOW is a V3 bit (FACTS §1.2): V2 has no strong-ordered write, so SOW on the marker orders nothing there —
+/// an op layer that fenced V2's zero-copy marker the V3 way would leave the data behind the marker.
+#[test]
+fn sow_on_v2_orders_nothing() {
+    let mut s = setup(Arch::V2, ExecPolicy::Inline, OrderingMode::Adversarial);
+    s.run(Barrier::None, Barrier::Sow);
+    assert!(s.rig.marker_landed());
+    assert!(s.hbm().iter().all(|&b| b == OLD), "V2: SOW is no barrier, the data is still posted");
+    s.rig.dev.flush_posted_writes();
+    assert!(s.hbm() == s.data);
+}
+
+/// WRITE_BARRIER orders its descriptor's write and the earlier ones before the *later* descriptors: misplaced
+/// on the marker itself, it orders nothing before the marker, and the marker is seen with the data still
+/// posted. The next descriptor the engine executes drains them.
+#[test]
+fn write_barrier_on_the_marker_orders_nothing_before_it() {
+    for arch in Arch::ALL {
+        let mut s = setup(arch, ExecPolicy::Inline, OrderingMode::Adversarial);
+        s.run(Barrier::None, Barrier::WriteBarrier);
+        assert!(s.rig.marker_landed());
+        assert!(s.hbm().iter().all(|&b| b == OLD), "{arch}: the barrier follows the marker");
+        assert!(s.rig.dev.posted_writes(s.rig.eng) > 0);
+        // Any later descriptor of the engine executes after the barrier: another marker copy drains first.
+        let m = s.rig.host_addr(&s.rig.marker, 0);
+        s.rig.q.copy_prepare_one(m + 8, m + 12, 4, Barrier::None, false).unwrap();
+        s.rig.q.copy_start(&*s.rig.dev, 1, 1).unwrap();
+        assert!(s.hbm() == s.data, "{arch}: drained before the next descriptor");
+        assert_eq!(s.rig.dev.posted_writes(s.rig.eng), 0);
+    }
+}
+
 #[test]
 fn relaxed_drains_when_idle_and_strict_never_posts() {
     for ordering in [OrderingMode::Relaxed, OrderingMode::Strict] {
