@@ -220,10 +220,26 @@ const _: () = assert!(DMA_MAX_Q == u16::BITS);
 /// Per queue-pair execution flags.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct PairState {
-    /// Halted by a recorded fault; cleared by `RST_Q`.
+    /// Halted by a recorded fault; cleared by `RST_Q` of both queues.
     pub(crate) halted: bool,
-    /// Hung by the fault plan; cleared by `RST_Q`.
+    /// Hung by the fault plan; cleared by `RST_Q` of both queues.
     pub(crate) hung: bool,
+    /// Which queues (by [`Direction::index`]) were reset since the pair stopped.
+    pub(crate) reset: [bool; 2],
+}
+
+impl PairState {
+    /// `RST_Q` of the queue of direction index `d`. A stopped pair runs again once both of its queues were
+    /// reset, as the ring re-initialisation does: the other queue still holds what the pair stopped on.
+    /// Returns true when the pair is clear (it was not stopped, or now both queues were reset).
+    pub(crate) fn reset_queue(&mut self, d: usize) -> bool {
+        self.reset[d] = true;
+        if !(self.halted || self.hung) || self.reset == [true, true] {
+            *self = PairState::default();
+            return true;
+        }
+        false
+    }
 }
 
 impl Default for EngineRegs {

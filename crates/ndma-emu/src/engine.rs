@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use udma::regs::{QueueReg, QueueSwCtrl};
 use udma::{regs, Desc, Direction, TxDesc};
 
-use crate::bar0::{engine_state, EngineRegs, PairState};
+use crate::bar0::{engine_state, EngineRegs};
 use crate::bulk::{self, Fit};
 use crate::copy::Copy;
 use crate::device::DeviceCore;
@@ -309,7 +309,10 @@ impl Engine {
         }
     }
 
-    /// `q_sw_ctrl` write: `RST_Q` resets the queue synchronously (see the module doc).
+    /// `q_sw_ctrl` write: `RST_Q` resets the queue synchronously (see the module doc). A pair stopped on a
+    /// fault or a hang runs again only once both of its queues were reset ([`PairState::reset_queue`]).
+    ///
+    /// [`PairState::reset_queue`]: crate::bar0::PairState::reset_queue
     pub(crate) fn sw_ctrl(&self, dev: &DeviceCore, dir: Direction, qid: usize, value: u32) {
         let sw_ctrl = QueueSwCtrl::from_bits(value);
         if !sw_ctrl.rst_q() {
@@ -323,9 +326,10 @@ impl Engine {
         r.queues[qid][d].reset_pointers();
         r.note_pending(qid);
         r.queues[qid][d].set(QueueReg::QSwCtrl, sw_ctrl.with_rst_q(false).into_bits());
-        r.queues[qid][1 - d].status = 0;
-        r.pairs[qid] = PairState::default();
-        lock(&self.stops)[qid] = None;
+        if r.pairs[qid].reset_queue(d) {
+            r.queues[qid][1 - d].status = 0;
+            lock(&self.stops)[qid] = None;
+        }
         dev.plan.on_queue_reset(self.id, qid as u32);
     }
 

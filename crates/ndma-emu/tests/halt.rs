@@ -173,3 +173,30 @@ fn a_ring_running_past_the_end_of_memory_faults_at_its_first_slot_outside() {
         }
     }
 }
+
+/// A stopped queue pair (hung here, by the fault plan) is released only by resetting both of its queues, as
+/// the ring re-initialisation does: an op layer that reset only the M2S queue and rang it again must not see
+/// the hung batch complete — the S2M queue still holds it.
+#[test]
+fn a_stopped_pair_needs_both_queues_reset() {
+    use ndma_emu::PlannedFault;
+    let mut rig = Rig::new(Arch::V2, ndma_emu::ExecPolicy::Inline, OrderingMode::Strict);
+    rig.dev.fault_plan().add(PlannedFault::Hang { engine: rig.eng, qid: 0, persistent: false });
+    let (src, dst, s) = rig.page_pair();
+    src.fill(0, 4096, 0x5c).unwrap();
+    let n = rig.stage(s, dst.pa, 4096, Barrier::WriteBarrier) + 1;
+    rig.stage_marker();
+    rig.q.copy_start(&*rig.dev, n, n).unwrap();
+    assert!(rig.dev.is_hung(rig.eng, 0) && !rig.marker_landed());
+    // Half a re-initialisation: pause, RST_Q and enable on the M2S queue only, then its doorbell again.
+    let tx = rig.q.tx().regs();
+    rig.dev.write32(tx + regs::q::CFG, 0);
+    rig.dev.write32(tx + regs::q_sw_ctrl(Direction::Tx), regs::Q_SW_CTRL_RST_Q);
+    rig.dev.write32(tx + regs::q::CFG, regs::Q_CFG_ENABLED);
+    rig.q.tx().doorbell(&*rig.dev, n).unwrap();
+    assert!(rig.dev.is_hung(rig.eng, 0), "one queue of the pair was reset: still hung");
+    assert!(!rig.marker_landed());
+    // The whole re-initialisation releases it.
+    recovers(&mut rig);
+    assert!(!rig.dev.is_hung(rig.eng, 0));
+}
