@@ -224,7 +224,7 @@ pub(crate) struct PairState {
     pub(crate) halted: bool,
     /// Hung by the fault plan; cleared by `RST_Q` of both queues.
     pub(crate) hung: bool,
-    /// Which queues (by [`Direction::index`]) were reset since the pair stopped.
+    /// Which queues (by [`udma::Direction::index`]) were reset since the pair stopped.
     pub(crate) reset: [bool; 2],
 }
 
