@@ -412,6 +412,14 @@ impl NeuronDevice {
         self.rings.iter().flatten().find(|r| self.dhal.ctx_queue_bit(r.eng_id, r.qid) == Some(bit))
     }
 
+    /// The completion-thread bits of the rings whose zero-copy queue holds contexts (each looked at under its
+    /// lock).
+    pub(crate) fn zc_rings_with_work(&self) -> u64 {
+        let queued = |r: &&H2tRing| crate::classic::RingGuard::lock(self, r).zc_queued();
+        let bits = self.rings.iter().flatten().filter(queued).filter_map(|r| self.dhal.ctx_queue_bit(r.eng_id, r.qid));
+        bits.fold(0, |acc, bit| acc | 1 << bit)
+    }
+
     /// The pre-pinned pages covering `n` pages of `mm` from `va`, if a range it registered holds them.
     pub(crate) fn prepinned(&self, mm: &Arc<dyn crate::UserMm>, va: u64, n: usize) -> Option<Pinned> {
         self.registry.upgrade()?.pinned.try_populate(mm, va, n)

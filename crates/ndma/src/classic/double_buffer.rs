@@ -52,10 +52,10 @@ impl NeuronDevice {
     /// [`NdmaError::AsyncTooLarge`] for more than one batch (2031 × 64 KiB), [`NdmaError::OutOfRange`],
     /// [`NdmaError::ForeignChunk`], [`NdmaError::ContextNotInUse`] when `prev` has no transfer,
     /// [`NdmaError::ContextInUse`] (`-EBUSY`) when the next context still holds one — all before anything is
-    /// staged or released — [`NdmaError::Aborted`]
-    /// when `prev` was abandoned (a ring re-initialisation could not re-stage it; nothing staged, `prev`
-    /// released), and the wait's
-    /// errors (both contexts released, the ring re-initialised and usable).
+    /// staged or released — [`NdmaError::Aborted`] when `prev` was abandoned (a ring re-initialisation could
+    /// not re-stage it: nothing staged, `prev` released; or it was re-initialised while this call made room for
+    /// its copy by retiring zero-copy pieces, one of which failed, and `prev` reads what it writes: both
+    /// released), and the wait's errors (both contexts released, the ring re-initialised and usable).
     #[allow(clippy::too_many_arguments)]
     pub fn memcpy_mc_async(
         &self,

@@ -59,8 +59,16 @@ impl RingGuard<'_> {
     /// # Errors
     ///
     /// [`NdmaError::Timeout`], [`NdmaError::RetryExhausted`], or a HAL error from a replay; the caller must
-    /// then [`RingGuard::recover`].
+    /// then [`RingGuard::recover`]. [`NdmaError::Aborted`] for a context abandoned since the caller took the
+    /// lock (staging the other context of the call made room by retiring zero-copy pieces, and a failed one
+    /// re-initialised the ring under a copy over its own source).
     pub(crate) fn wait(&mut self, wait_slot: usize, staged_slot: usize) -> Result<()> {
+        if self.inner.contexts[wait_slot].aborted {
+            // Abandoned by a re-initialisation under this very lock hold (a zero-copy piece retired to make room
+            // for the staged batch failed): it did not run, and it will not.
+            self.ring.stats.add_aborts(1);
+            return Err(NdmaError::Aborted(wait_slot as i32));
+        }
         if self.inner.contexts[wait_slot].in_flight == 0 {
             return Ok(());
         }

@@ -155,6 +155,7 @@ impl NeuronDevice {
         let _span = tracing::debug_span!("zerocopy_submit", nc, ops = ops.len(), seq = sequence_num).entered();
         let mut g = RingGuard::lock(self, ring);
         if is_async {
+            self.zc_check_thread()?;
             g.zc_check_backlog()?;
         }
         let id = g.zc()?.queue.new_request();
@@ -196,11 +197,22 @@ impl NeuronDevice {
         let bit = self.zc_bit(ring, true)?.ok_or(NdmaError::AsyncZeroCopyUnsupported)?;
         self.completion_thread.ensure(self, bit)?;
         let mut g = RingGuard::lock(self, ring);
+        self.zc_check_thread()?;
         g.zc_check_backlog()?;
         g.zc_push_completed(sequence_num, compl_ret, context).ok_or(NdmaError::QueueFull { nc })?;
         drop(g);
         self.completion_thread.kick(bit);
         Ok(())
+    }
+
+    /// Refuses an async request once the completion thread was stopped: called with the ring lock held, so
+    /// either the stopping thread's last look at the ring sees what this request queues, or this sees the
+    /// stop.
+    fn zc_check_thread(&self) -> Result<()> {
+        match self.completion_thread.is_stopped() {
+            true => Err(NdmaError::CompletionThreadStopped { device: self.index() }),
+            false => Ok(()),
+        }
     }
 
     /// The ring of NC `nc` if it owns queue `qid` (`ndmar_h2t_ring_is_owner`).

@@ -94,6 +94,14 @@ impl CompletionThread {
         self.shared.kick();
     }
 
+    /// Was the thread stopped ([`CompletionThread::stop`])? An async request must then be refused: checked
+    /// under the ring lock, so a request queued before the stop is seen by the stopping thread's last look
+    /// at every ring (`run`).
+    pub(crate) fn is_stopped(&self) -> bool {
+        // Acquire: pairs with `stop`'s Release.
+        self.shared.stop.load(Ordering::Acquire)
+    }
+
     /// Is the thread running?
     pub(crate) fn is_running(&self) -> bool {
         self.handle.lock().unwrap_or_else(|p| p.into_inner()).is_some()
@@ -119,7 +127,15 @@ fn run(shared: &Shared, dev: &Weak<NeuronDevice>) {
         let bits = shared.bitmap.swap(0, Ordering::Acquire);
         if bits == 0 {
             if shared.stop.load(Ordering::Acquire) {
-                return;
+                // A submit that passed its check before the stop may have queued a request and not kicked
+                // yet: one last look at every ring (each under its lock, which that submit held) before
+                // leaving.
+                let left = dev.upgrade().map_or(0, |dev| dev.zc_rings_with_work());
+                if left == 0 {
+                    return;
+                }
+                shared.bitmap.fetch_or(left, Ordering::Release);
+                continue;
             }
             shared.wait(None);
             continue;

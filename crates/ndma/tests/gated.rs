@@ -1,0 +1,268 @@
+//! Interleavings that need another thread held at an exact point: a `Platform` wrapped around the model's
+//! parks a named thread in one of its calls until the test opens the gate — the completion thread in its
+//! first marker-aware delay, a submitter in the allocation of a ring's zero-copy state. No sleeps: the test
+//! waits until the thread is parked.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Condvar, Mutex};
+
+use ndma::zerocopy::{CqConsumer, CqEntry};
+use ndma::{BatchOp, CtxHandle, HostBuf, NdmaError, Platform, System, UserMm, PAGE_SIZE};
+use ndma_emu::test_utils::*;
+use ndma_emu::{AddressSpace, ClockKind, EmuConfig, EmuPlatform, EmuSystem, ExecPolicy, MapSpec};
+use ndma_emu::{OrderingMode, Placement, PlannedFault};
+use udma::Arch;
+
+const PAGE: u64 = PAGE_SIZE;
+
+/// Holds the threads whose name starts with `prefix`, the first time one passes, until opened.
+struct Gate {
+    prefix: &'static str,
+    /// (open, a thread is parked)
+    state: Mutex<(bool, bool)>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn new(prefix: &'static str) -> Arc<Gate> {
+        Arc::new(Gate { prefix, state: Mutex::new((false, false)), cv: Condvar::new() })
+    }
+
+    fn pass(&self) {
+        if !std::thread::current().name().is_some_and(|n| n.starts_with(self.prefix)) {
+            return;
+        }
+        let mut s = self.state.lock().unwrap();
+        s.1 = true;
+        self.cv.notify_all();
+        while !s.0 {
+            s = self.cv.wait(s).unwrap();
+        }
+    }
+
+    fn wait_parked(&self) {
+        let mut s = self.state.lock().unwrap();
+        while !s.1 {
+            s = self.cv.wait(s).unwrap();
+        }
+    }
+
+    fn open(&self) {
+        self.state.lock().unwrap().0 = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Opens its gates when dropped: a failed assertion must not leave a thread parked (the op layer's drop would
+/// then wait for it forever, turning a failure into a hang).
+struct OpenOnDrop(Vec<Arc<Gate>>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|g| g.open());
+    }
+}
+
+/// The model's platform, with a gate in `delay_until` and one in `alloc_coherent`.
+struct GatedPlatform {
+    inner: Arc<EmuPlatform>,
+    delay: Arc<Gate>,
+    alloc: Arc<Gate>,
+}
+
+impl Platform for GatedPlatform {
+    fn jiffies(&self) -> u64 {
+        self.inner.jiffies()
+    }
+    fn now_us(&self) -> u64 {
+        self.inner.now_us()
+    }
+    fn udelay(&self, us: u64) {
+        self.inner.udelay(us)
+    }
+    fn delay_until(&self, word: &AtomicU32, value: u32, us: u64) -> bool {
+        self.delay.pass();
+        self.inner.delay_until(word, value, us)
+    }
+    fn is_emulation(&self) -> bool {
+        self.inner.is_emulation()
+    }
+    fn alloc_coherent(&self, len: usize) -> ndma::Result<HostBuf> {
+        self.alloc.pass();
+        self.inner.alloc_coherent(len)
+    }
+    fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64> {
+        self.inner.virt_to_phys(cpu, len)
+    }
+    fn current_mm(&self) -> Option<Arc<dyn UserMm>> {
+        self.inner.current_mm()
+    }
+    fn device_diagnostics(&self, device: u32, engine: u32, qid: u32) -> Option<String> {
+        self.inner.device_diagnostics(device, engine, qid)
+    }
+}
+
+/// A V3 model (inline engines, fake clock, the tests' sizes and silicon budgets) whose op layer runs over a
+/// [`GatedPlatform`] holding the completion thread in `delay_until` and threads named "submitter" in
+/// `alloc_coherent`. Fields drop in order: the op layer, then the model.
+struct Gated {
+    system: System,
+    emu: EmuSystem,
+    delay: Arc<Gate>,
+    alloc: Arc<Gate>,
+}
+
+impl Gated {
+    fn new() -> Gated {
+        let cfg = testbed_config(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+        let emu = EmuSystem::new(EmuConfig {
+            hbm_size: cfg.hbm_size,
+            host_dram_size: cfg.host_dram_size,
+            exec: cfg.exec,
+            ordering: cfg.ordering,
+            clock: cfg.clock,
+            ..EmuConfig::new(Arch::V3)
+        })
+        .unwrap();
+        emu.platform().set_emulation(false);
+        let (delay, alloc) = (Gate::new("ndma cmpltn"), Gate::new("submitter"));
+        let platform = Arc::new(GatedPlatform {
+            inner: Arc::clone(emu.platform()),
+            delay: Arc::clone(&delay),
+            alloc: Arc::clone(&alloc),
+        });
+        let hw = emu.devices().iter().map(|d| ndma_emu::device_hw(d).unwrap()).collect();
+        let system = System::new(Arch::V3, platform, hw).unwrap();
+        Gated { system, emu, delay, alloc }
+    }
+
+    /// A guard that opens both gates when it goes (declare it after the `Gated`, so it goes first).
+    fn open_on_drop(&self) -> OpenOnDrop {
+        OpenOnDrop(vec![Arc::clone(&self.delay), Arc::clone(&self.alloc)])
+    }
+
+    /// Parks the completion thread in the marker wait of an async request on NC 1 (its queue hung, so the
+    /// wait is entered), where it holds no lock NC 0's ring needs.
+    fn park_completion_thread(&self, mm: &AddressSpace) {
+        let dev = &self.system.devices()[0];
+        let (eng, qid) = dev.h2t_queue(1).unwrap();
+        self.emu.device(0).fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+        let va = mm.map(&MapSpec::new(1, Placement::Contiguous)).unwrap();
+        let mc = dev.alloc_device(PAGE, 1).unwrap();
+        dev.zerocopy_submit(1, &[BatchOp { offset: 0, size: PAGE, buffer: va }], &mc, 0, -1, true, 77, 0).unwrap();
+        self.delay.wait_parked();
+    }
+}
+
+/// Takes `n` completions (bounded: a lost completion fails).
+fn take(cq: &CqConsumer, n: usize) -> Vec<CqEntry> {
+    let mut got = Vec::new();
+    let mut spins = 0u64;
+    while got.len() < n {
+        match cq.pop() {
+            Some(e) => got.push(e),
+            None => {
+                spins += 1;
+                assert!(spins < 50_000_000, "completions lost: got {} of {n}", got.len());
+                std::thread::yield_now();
+            }
+        }
+    }
+    got
+}
+
+/// Staging a double-buffer call's copy on a ring that zero-copy pieces fill retires pieces to make room; when
+/// a retired piece's wait fails, the ring is re-initialised, and the chain's own `prev` — a copy over its own
+/// source, which cannot run again — is aborted under the call. The call must report it (`-EIO`), not wait for
+/// a context with nothing in flight and call it done (it returned `Ok`, and `prev`'s bytes never moved).
+#[test]
+fn a_prev_aborted_while_its_call_makes_room_is_reported() {
+    let g = Gated::new();
+    let _open = g.open_on_drop();
+    let dev = &g.system.devices()[0];
+    let emu = g.emu.device(0);
+    let mm = AddressSpace::new(g.emu.host(), 4242);
+    let _enter = mm.enter();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    g.park_completion_thread(&mm);
+    // NC 0's queue hangs at its next doorbell: the zero-copy pieces and `prev` stay pending.
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    // 130 pieces of 64 scattered pages (65 slots each): 125 issue, leaving 51 slots free.
+    let pages = 130 * 64;
+    let va = mm.map(&MapSpec::new(pages as usize, Placement::Scattered { seed: 41 })).unwrap();
+    let zc_mc = dev.alloc_device(pages * PAGE, 0).unwrap();
+    dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: pages * PAGE, buffer: va }], &zc_mc, 0, -1, true, 5, 50)
+        .unwrap();
+    // `prev`: a device copy over its own source, 2 slots.
+    let own = dev.alloc_device(2 * PAGE, 0).unwrap();
+    let before = pattern(7, 0, (2 * PAGE) as usize);
+    write_chunk(emu, &own, 0, &before).unwrap();
+    let prev = dev.memcpy_mc_async(&own, &own, 0, 64, PAGE, 0, CtxHandle::None).unwrap();
+    // The next copy needs 65 slots: its staging retires the hung head piece, whose wait times out.
+    let (src, dst) = (dev.alloc_host(4 << 20, 0).unwrap(), dev.alloc_device(4 << 20, 0).unwrap());
+    assert_eq!(dev.memcpy_mc_async(&src, &dst, 0, 0, 4 << 20, 0, prev), Err(NdmaError::Aborted(prev.raw())));
+    assert!(read_vec(emu, &own, 0, 2 * PAGE).unwrap() == before, "prev never ran");
+    assert_eq!(dev.ring_stats(0).unwrap().aborts, 1);
+    g.delay.open();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 5, compl_ret: -110, context: 50 }]);
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    // The device is usable: the same chain again.
+    let prev = dev.memcpy_mc_async(&own, &own, 0, 64, PAGE, 0, CtxHandle::None).unwrap();
+    let cur = dev.memcpy_mc_async(&src, &dst, 0, 0, 4 << 20, 0, prev).unwrap();
+    dev.memcpy_mc_wait(&src, &dst, cur).unwrap();
+    let once: Vec<u8> =
+        before[..64].iter().chain(&before[..PAGE as usize]).chain(&before[64 + PAGE as usize..]).copied().collect();
+    assert!(read_vec(emu, &own, 0, 2 * PAGE).unwrap() == once, "prev ran once");
+}
+
+/// A System dropped while an async submit is between its checks and its enqueue (held here allocating the
+/// ring's zero-copy state, under the ring lock): the stopping completion thread must still complete what that
+/// submit queued — it looks at every ring once more before it leaves — instead of leaving an accepted request
+/// that nothing completes.
+#[test]
+fn an_async_request_accepted_while_its_system_drops_still_completes() {
+    let Gated { system, emu, alloc, delay } = Gated::new();
+    let _open = OpenOnDrop(vec![Arc::clone(&alloc)]);
+    delay.open(); // the completion thread runs freely here
+    let dev = Arc::clone(&system.devices()[0]);
+    let mm = AddressSpace::new(emu.host(), 4242);
+    let va = mm.map(&MapSpec::new(4, Placement::Contiguous)).unwrap();
+    mm.write(va, &pattern(12, 0, 4 * PAGE as usize)).unwrap();
+    let mc = dev.alloc_device(4 * PAGE, 0).unwrap();
+    let submitter = {
+        let (dev, mm, mc) = (Arc::clone(&dev), Arc::clone(&mm), Arc::clone(&mc));
+        std::thread::Builder::new()
+            .name("submitter".into())
+            .spawn(move || {
+                let _enter = mm.enter();
+                let op = BatchOp { offset: 0, size: 4 * PAGE, buffer: va };
+                // NC 0's first zero-copy use: its zero-copy state is allocated under the ring lock.
+                dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 9, 90)
+            })
+            .unwrap()
+    };
+    alloc.wait_parked();
+    assert!(dev.zerocopy_status(1).unwrap().thread_running, "the submit started the thread");
+    // The system goes (the caller keeps the device): its drop stops the completion thread.
+    let dropper = std::thread::spawn(move || drop(system));
+    while dev.zerocopy_status(1).unwrap().thread_running {
+        std::thread::yield_now();
+    }
+    alloc.open();
+    assert_eq!(submitter.join().unwrap(), Ok(()), "the submit had passed its checks");
+    dropper.join().unwrap();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 9, compl_ret: 0, context: 90 }]);
+    assert!(read_vec(emu.device(0), &mc, 0, 4 * PAGE).unwrap() == pattern(12, 0, 4 * PAGE as usize));
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 0);
+    // Later async requests are refused: nothing would complete them.
+    let _enter = mm.enter();
+    let op = BatchOp { offset: 0, size: PAGE, buffer: va };
+    assert_eq!(
+        dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 10, 0),
+        Err(NdmaError::CompletionThreadStopped { device: 0 })
+    );
+    drop((cq, mc, dev));
+    assert!(emu.host().frames().leak_check().is_clean());
+}
