@@ -266,3 +266,42 @@ fn an_async_request_accepted_while_its_system_drops_still_completes() {
     drop((cq, mc, dev));
     assert!(emu.host().frames().leak_check().is_clean());
 }
+
+/// A request whose deferred piece is drained (its issued piece failed) leaves the first-unpinned cursor at
+/// what is queued behind it — here a request already over. Passing that is progress: a sync request stepping
+/// the queue forward must go on from there, not conclude that nothing can move and fail `-EBUSY`. The
+/// completion thread, which would pass it too, is held on another ring.
+#[test]
+fn a_sync_request_steps_past_a_request_already_over_left_at_the_unpinned_cursor() {
+    let g = Gated::new();
+    let _open = g.open_on_drop();
+    let dev = &g.system.devices()[0];
+    let mm = AddressSpace::new(g.emu.host(), 4242);
+    let _enter = mm.enter();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    g.park_completion_thread(&mm);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    dev.set_zerocopy_pin_budget(64);
+    let va = mm.map(&MapSpec::new(129, Placement::Contiguous)).unwrap();
+    let mc = dev.alloc_device(129 * PAGE, 0).unwrap();
+    // Request 1: two pieces of 64 pages; the first is pinned and issued onto a queue that hangs, the second
+    // waits for pin budget. Request 2, already over, queues behind it.
+    g.emu.device(0).fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let ops = [
+        BatchOp { offset: 0, size: 64 * PAGE, buffer: va },
+        BatchOp { offset: 64 * PAGE, size: 64 * PAGE, buffer: va + 64 * PAGE },
+    ];
+    dev.zerocopy_submit(0, &ops, &mc, 0, -1, true, 1, 10).unwrap();
+    dev.zerocopy_submit_completed(0, -1, 2, 0, 20).unwrap();
+    // A sync request of one page: behind the deferred piece it first retires request 1's issued piece (which
+    // times out, draining request 1), then must step past request 2.
+    let op = BatchOp { offset: 128 * PAGE, size: PAGE, buffer: va + 128 * PAGE };
+    assert_eq!(dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0), Ok(()));
+    g.delay.open();
+    let want = [
+        CqEntry { sequence_num: 1, compl_ret: -110, context: 10 },
+        CqEntry { sequence_num: 2, compl_ret: 0, context: 20 },
+    ];
+    assert_eq!(take(&cq, 2), want);
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 0);
+}

@@ -66,7 +66,7 @@ pub(crate) struct Progress {
     pub retired: u32,
     /// Contexts issued (step 2).
     pub issued: u32,
-    /// Contexts pinned (step 3).
+    /// Contexts that left the unpinned region (step 3): pinned, failed in place, or passed.
     pub pinned: u32,
 }
 
@@ -262,6 +262,8 @@ impl RingGuard<'_> {
     }
 
     /// Step 3: pins deferred contexts through their captured address space while the pin budget allows.
+    /// Returns how many contexts left the unpinned region: pinned, failed in place, or already pinned or over
+    /// (a completed dummy) and passed — each lets the next steps move.
     pub(crate) fn zc_pin_unpinned(&mut self) -> u32 {
         let mut pinned = 0;
         while let Some(i) = self.zq().peek_first_unpinned() {
@@ -269,6 +271,7 @@ impl RingGuard<'_> {
             let c = q.entry(i);
             if c.state != ZcState::Unpinned {
                 q.inc_fu();
+                pinned += 1;
                 continue;
             }
             let n = u64::from(c.nr_pages);
@@ -299,6 +302,7 @@ impl RingGuard<'_> {
                     tracing::warn!(nc = self.ring.nc, va, "pinning a deferred zero-copy piece failed: {e}");
                     self.zc_fail_in_place(i, &e);
                     self.zq().inc_fu();
+                    pinned += 1;
                 }
             }
         }
