@@ -366,6 +366,15 @@ pub(super) fn run(bed: Bed<'_>, spec: &OpSpec, p: &Prepared) -> Ran {
             }
             if e.compl_ret != 0 {
                 ran.result = Err(NdmaError::Failed { errno: i32::try_from(e.compl_ret).unwrap_or(i32::MIN) });
+            } else {
+                // A success promises the bytes now, not once the queue has drained (the check after the
+                // operation comes later): a completion posted before its data landed shows here.
+                match check(bed, spec, p, Window::Written) {
+                    Ok(bad) => ran.cqe_findings.extend(
+                        bad.into_iter().take(1).map(|m| format!("bytes not final when the completion arrived: {m}")),
+                    ),
+                    Err(e) => ran.cqe_findings.push(format!("reading the bytes at the completion: {e}")),
+                }
             }
         }
     }
