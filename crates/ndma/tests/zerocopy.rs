@@ -553,8 +553,15 @@ fn a_request_already_over_posts_its_result_as_it_is() {
         .enumerate()
         .map(|(k, &r)| CqEntry { sequence_num: k as u64 + 1, compl_ret: r, context: 100 + k as u64 })
         .collect();
+    let mut spins = 0u64;
+    while dev.zerocopy_status(0).unwrap().posted < results.len() as u32 {
+        spins += 1;
+        assert!(spins < 50_000_000, "completions lost");
+        std::thread::yield_now();
+    }
     assert_eq!(take(&cq, results.len()), expect);
     assert_eq!(cq.pop(), None);
+    assert_eq!(dev.zerocopy_status(0).unwrap().posted, 0, "every completion taken");
     z.assert_no_leaks("results as they are");
 }
 

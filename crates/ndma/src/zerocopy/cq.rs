@@ -436,6 +436,11 @@ impl CompletionQueue {
         &self.chunk
     }
 
+    /// Completions posted and not yet taken by a consumer ([`pending`]).
+    pub(crate) fn posted(&self) -> u32 {
+        pending(self.producer.memory())
+    }
+
     pub(crate) fn put(&mut self, e: CqEntry) -> bool {
         self.producer.put(e)
     }

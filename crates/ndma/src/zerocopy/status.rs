@@ -24,7 +24,7 @@ use crate::Result;
 /// dev.zerocopy_submit(0, &[op], &hbm, 0, -1, true, 0, 0)?;
 /// let s = dev.zerocopy_status(0)?;
 /// assert!(s.is_idle());
-/// assert_eq!((s.contexts, s.pinned_pages, s.backlog), (0, 0, 0));
+/// assert_eq!((s.contexts, s.pinned_pages, s.backlog, s.posted), (0, 0, 0, 0));
 /// assert_eq!(s.peak_pinned_pages, 64, "one piece of 64 pages at its peak");
 /// assert!(!s.thread_running, "a sync request needs no completion thread");
 /// # Ok::<(), ndma::NdmaError>(())
@@ -41,6 +41,9 @@ pub struct ZcStatus {
     pub cursors: (u32, u32, u32, u32),
     /// Completions waiting for room in the completion queue.
     pub backlog: usize,
+    /// Completions posted in the completion queue that no consumer has taken yet (user space's to take: not
+    /// part of [`ZcStatus::is_idle`]).
+    pub posted: u32,
     /// Is the device's completion thread running?
     pub thread_running: bool,
 }
@@ -72,6 +75,7 @@ impl NeuronDevice {
                 peak_pinned_pages: zc.queue.peak_pinned_pages(),
                 cursors: zc.queue.cursors(),
                 backlog: zc.cq.backlog_len(),
+                posted: zc.cq.posted(),
                 thread_running,
             },
         })
