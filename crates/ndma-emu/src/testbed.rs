@@ -50,6 +50,29 @@ impl TestbedConfig {
             emulation_budgets: false,
         }
     }
+
+    /// The device model of this configuration, its platform's budgets and timing set as the op layer will
+    /// run on it — without an op layer: [`Testbed::new`] brings one up over the model's platform, a test may
+    /// bring one up over a platform of its own that wraps it.
+    ///
+    /// # Errors
+    ///
+    /// The model's refusal of the configuration.
+    pub fn model(&self) -> Result<EmuSystem, EmuError> {
+        let emu = EmuSystem::new(EmuConfig {
+            arch: self.instance.arch,
+            devices: self.instance.devices as usize,
+            hbm_size: self.hbm_size,
+            host_dram_size: self.host_dram_size,
+            exec: self.exec,
+            ordering: self.ordering,
+            clock: self.clock,
+            seed: self.seed,
+        })?;
+        emu.platform().set_emulation(self.emulation_budgets);
+        emu.platform().set_timing(self.timing);
+        Ok(emu)
+    }
 }
 
 /// Why a testbed could not be built.
@@ -81,19 +104,8 @@ impl Testbed {
     ///
     /// [`TestbedError`] from either side.
     pub fn new(cfg: TestbedConfig) -> Result<Testbed, TestbedError> {
-        let emu = EmuSystem::new(EmuConfig {
-            arch: cfg.instance.arch,
-            devices: cfg.instance.devices as usize,
-            hbm_size: cfg.hbm_size,
-            host_dram_size: cfg.host_dram_size,
-            exec: cfg.exec,
-            ordering: cfg.ordering,
-            clock: cfg.clock,
-            seed: cfg.seed,
-        })?;
+        let emu = cfg.model()?;
         let platform = Arc::clone(emu.platform());
-        platform.set_emulation(cfg.emulation_budgets);
-        platform.set_timing(cfg.timing);
         let hw = emu.devices().iter().map(device_hw).collect::<Result<_, _>>()?;
         let system = System::new(cfg.instance.arch, platform.clone(), hw)?;
         Ok(Testbed { system, platform, emu })

@@ -1,17 +1,20 @@
-//! Interleavings that need another thread held at an exact point: a `Platform` wrapped around the model's
-//! parks a named thread in one of its calls until the test opens the gate — the completion thread in its
-//! first marker-aware delay, a submitter in the allocation of a ring's zero-copy state. No sleeps: the test
-//! waits until the thread is parked.
+//! What needs the platform wrapped: interleavings with another thread held at an exact point — a gate parks a
+//! named thread in one of the platform's calls until the test opens it (the completion thread in its first
+//! marker-aware delay, a submitter in the allocation of a ring's zero-copy state; no sleeps: the test waits
+//! until the thread is parked) — and what the op layer does at the moment it unpins user pages (the calling
+//! task's address space is handed out wrapped in turn, and every unpin records what the ring's queue still
+//! held then).
 
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use ndma::zerocopy::{CqConsumer, CqEntry};
 use ndma::{BatchOp, CtxHandle, HostBuf, NdmaError, Platform, System, UserMm, PAGE_SIZE};
+use ndma_emu::test_utils::take_completions as take;
 use ndma_emu::test_utils::*;
-use ndma_emu::{AddressSpace, ClockKind, EmuConfig, EmuPlatform, EmuSystem, ExecPolicy, MapSpec};
+use ndma_emu::{AddressSpace, ClockKind, EmuDevice, EmuPlatform, EmuSystem, ExecPolicy, MapSpec};
 use ndma_emu::{OrderingMode, Placement, PlannedFault};
-use udma::Arch;
+use udma::{Arch, Direction};
 
 const PAGE: u64 = PAGE_SIZE;
 
@@ -63,11 +66,53 @@ impl Drop for OpenOnDrop {
     }
 }
 
-/// The model's platform, with a gate in `delay_until` and one in `alloc_coherent`.
+/// One unpin: pages let go, TX descriptors still pending on NC 0's H2T queue then, and whether it was hung.
+type Unpin = (usize, u32, bool);
+
+/// What the address-space spies share: the queue they look at and what they saw.
+#[derive(Default)]
+struct Watch {
+    emu: OnceLock<Arc<EmuDevice>>,
+    queue: OnceLock<(u32, u32)>,
+    unpins: Mutex<Vec<Unpin>>,
+}
+
+impl Watch {
+    fn note(&self, pages: usize) {
+        let (emu, &(eng, qid)) = (self.emu.get().expect("set"), self.queue.get().expect("set"));
+        self.unpins.lock().unwrap().push((pages, emu.pending(eng, qid, Direction::Tx), emu.is_hung(eng, qid)));
+    }
+}
+
+/// The calling task's address space, recording every unpin.
+struct SpyMm {
+    inner: Arc<dyn UserMm>,
+    watch: Arc<Watch>,
+}
+
+impl UserMm for SpyMm {
+    fn pid(&self) -> u32 {
+        self.inner.pid()
+    }
+    fn pin_pages_fast(&self, va: u64, n: usize, write: bool, pages: &mut Vec<u64>) -> ndma::Result<usize> {
+        self.inner.pin_pages_fast(va, n, write, pages)
+    }
+    fn pin_pages(&self, va: u64, n: usize, write: bool, pages: &mut Vec<u64>) -> ndma::Result<usize> {
+        self.inner.pin_pages(va, n, write, pages)
+    }
+    fn unpin_pages(&self, pages: &[u64], dirty: bool) {
+        self.watch.note(pages.len());
+        self.inner.unpin_pages(pages, dirty)
+    }
+}
+
+/// The model's platform, with a gate in `delay_until` and one in `alloc_coherent`, handing out address
+/// spaces that record their unpins.
 struct GatedPlatform {
     inner: Arc<EmuPlatform>,
     delay: Arc<Gate>,
     alloc: Arc<Gate>,
+    watch: Arc<Watch>,
 }
 
 impl Platform for GatedPlatform {
@@ -95,7 +140,8 @@ impl Platform for GatedPlatform {
         self.inner.virt_to_phys(cpu, len)
     }
     fn current_mm(&self) -> Option<Arc<dyn UserMm>> {
-        self.inner.current_mm()
+        let inner = self.inner.current_mm()?;
+        Some(Arc::new(SpyMm { inner, watch: Arc::clone(&self.watch) }))
     }
     fn device_diagnostics(&self, device: u32, engine: u32, qid: u32) -> Option<String> {
         self.inner.device_diagnostics(device, engine, qid)
@@ -110,30 +156,22 @@ struct Gated {
     emu: EmuSystem,
     delay: Arc<Gate>,
     alloc: Arc<Gate>,
+    watch: Arc<Watch>,
 }
 
 impl Gated {
     fn new() -> Gated {
         let cfg = testbed_config(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
-        let emu = EmuSystem::new(EmuConfig {
-            hbm_size: cfg.hbm_size,
-            host_dram_size: cfg.host_dram_size,
-            exec: cfg.exec,
-            ordering: cfg.ordering,
-            clock: cfg.clock,
-            ..EmuConfig::new(Arch::V3)
-        })
-        .unwrap();
-        emu.platform().set_emulation(false);
-        let (delay, alloc) = (Gate::new("ndma cmpltn"), Gate::new("submitter"));
-        let platform = Arc::new(GatedPlatform {
-            inner: Arc::clone(emu.platform()),
-            delay: Arc::clone(&delay),
-            alloc: Arc::clone(&alloc),
-        });
+        let emu = cfg.model().unwrap();
+        let (delay, alloc, watch) = (Gate::new("ndma cmpltn"), Gate::new("submitter"), Arc::new(Watch::default()));
+        let inner = Arc::clone(emu.platform());
+        let (d, a, w) = (Arc::clone(&delay), Arc::clone(&alloc), Arc::clone(&watch));
+        let platform = Arc::new(GatedPlatform { inner, delay: d, alloc: a, watch: w });
         let hw = emu.devices().iter().map(|d| ndma_emu::device_hw(d).unwrap()).collect();
         let system = System::new(Arch::V3, platform, hw).unwrap();
-        Gated { system, emu, delay, alloc }
+        watch.emu.set(Arc::clone(emu.device(0))).ok().unwrap();
+        watch.queue.set(system.devices()[0].h2t_queue(0).unwrap()).unwrap();
+        Gated { system, emu, delay, alloc, watch }
     }
 
     /// A guard that opens both gates when it goes (declare it after the `Gated`, so it goes first).
@@ -152,23 +190,6 @@ impl Gated {
         dev.zerocopy_submit(1, &[BatchOp { offset: 0, size: PAGE, buffer: va }], &mc, 0, -1, true, 77, 0).unwrap();
         self.delay.wait_parked();
     }
-}
-
-/// Takes `n` completions (bounded: a lost completion fails).
-fn take(cq: &CqConsumer, n: usize) -> Vec<CqEntry> {
-    let mut got = Vec::new();
-    let mut spins = 0u64;
-    while got.len() < n {
-        match cq.pop() {
-            Some(e) => got.push(e),
-            None => {
-                spins += 1;
-                assert!(spins < 50_000_000, "completions lost: got {} of {n}", got.len());
-                std::thread::yield_now();
-            }
-        }
-    }
-    got
 }
 
 /// Staging a double-buffer call's copy on a ring that zero-copy pieces fill retires pieces to make room; when
@@ -222,7 +243,7 @@ fn a_prev_aborted_while_its_call_makes_room_is_reported() {
 /// that nothing completes.
 #[test]
 fn an_async_request_accepted_while_its_system_drops_still_completes() {
-    let Gated { system, emu, alloc, delay } = Gated::new();
+    let Gated { system, emu, alloc, delay, .. } = Gated::new();
     let _open = OpenOnDrop(vec![Arc::clone(&alloc)]);
     delay.open(); // the completion thread runs freely here
     let dev = Arc::clone(&system.devices()[0]);
@@ -304,4 +325,31 @@ fn a_sync_request_steps_past_a_request_already_over_left_at_the_unpinned_cursor(
     ];
     assert_eq!(take(&cq, 2), want);
     assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 0);
+}
+
+/// A synchronous device → host request whose first two pieces are issued onto a queue that hangs and whose
+/// third cannot be pinned (a hole): the request fails and is drained. The drain's wait for the first piece
+/// times out; the two issued pieces' pages must be unpinned only after the ring was re-initialised, when the
+/// engine holds none of their descriptors (they were unpinned while the hung queue still held them).
+#[test]
+fn a_failed_drain_unpins_only_after_the_engine_let_go_of_the_pages() {
+    let g = Gated::new();
+    let _open = g.open_on_drop();
+    let dev = &g.system.devices()[0];
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let mm = AddressSpace::new(g.emu.host(), 4242);
+    let _enter = mm.enter();
+    // 200 pages, a hole at page 150: pieces [0, 64) and [64, 128) pin and are issued, [128, 192) does not pin.
+    let va = mm.map(&MapSpec::new(200, Placement::Contiguous).holes([150])).unwrap();
+    let mc = dev.alloc_device(200 * PAGE, 0).unwrap();
+    g.emu.device(0).fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let op = BatchOp { offset: 0, size: 200 * PAGE, buffer: va };
+    let err = dev.zerocopy_submit(0, &[op], &mc, 0, -1, false, 0, 0).unwrap_err();
+    assert_eq!(err.errno(), -12, "{err}: the third piece's partial pin");
+    let unpins = g.watch.unpins.lock().unwrap().clone();
+    // The 22-page unpins are the third piece's short pins, which never reached the ring.
+    let issued: Vec<Unpin> = unpins.iter().copied().filter(|&(n, _, _)| n == 64).collect();
+    assert_eq!(issued, [(64, 0, false), (64, 0, false)], "every unpin: {unpins:?}");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    assert!(g.emu.host().frames().leak_check().is_clean());
 }

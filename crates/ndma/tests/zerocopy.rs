@@ -9,6 +9,7 @@ use ndma::zerocopy::{
     NEURON_DMA_H2T_DEFAULT_QID,
 };
 use ndma::{BatchOp, MemChunk, NdmaError, NeuronDevice, PAGE_SIZE};
+use ndma_emu::test_utils::take_completions as take;
 use ndma_emu::test_utils::*;
 use ndma_emu::{AddressSpace, ClockKind, ExecPolicy, MapSpec, OrderingMode, PinFault, PinPath, Placement, Testbed};
 use udma::{Arch, Barrier, Desc};
@@ -362,23 +363,6 @@ fn a_short_fast_pin_falls_back_to_the_slow_path_and_a_failed_pin_is_its_errno() 
     z.mm.pin_faults().add(PinFault::Fail { path: Some(PinPath::Slow), nth: 0, errno: -12 });
     assert_eq!(dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0), Err(NdmaError::Pin { va, errno: -12 }));
     z.assert_no_leaks("pin faults");
-}
-
-/// Takes `n` completions from `cq`, yielding while none is posted (bounded: a lost completion fails).
-fn take(cq: &CqConsumer, n: usize) -> Vec<CqEntry> {
-    let mut got = Vec::new();
-    let mut spins = 0u64;
-    while got.len() < n {
-        match cq.pop() {
-            Some(e) => got.push(e),
-            None => {
-                spins += 1;
-                assert!(spins < 50_000_000, "completions lost: got {} of {n}", got.len());
-                std::thread::yield_now();
-            }
-        }
-    }
-    got
 }
 
 #[test]

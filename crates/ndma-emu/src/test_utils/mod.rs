@@ -10,6 +10,7 @@
 //! - [`Dir`]: the four copy directions; [`Window`]: a guarded source/destination pair (dmatest-style: a
 //!   pattern inside, guard bytes before and after);
 //! - [`rig`]: a HAL-only rig (one engine, one M2M queue pair, a marker) for the model's own tests;
+//! - [`take_completions`]: completions taken from a zero-copy completion queue, with a bound;
 //! - [`HarnessError`]: why a harness step failed, including the first wrong byte of a check.
 //!
 //! Like vm-virtio's `mock` module, it is compiled only when asked for: the crates' tests take `ndma-emu` as a
@@ -17,6 +18,7 @@
 
 pub mod bed;
 pub mod chunk;
+mod completions;
 mod dir;
 mod error;
 pub mod pattern;
@@ -25,6 +27,7 @@ mod window;
 
 pub use bed::{adversarial, bounded, instance, testbed, testbed_config};
 pub use chunk::{alloc, fill_chunk, read_chunk, read_vec, verify_chunk, write_chunk, write_pattern, Expect};
+pub use completions::take_completions;
 pub use dir::{Dir, ParseDirError};
 pub use error::HarnessError;
 pub use pattern::{fill_pattern, pattern};
