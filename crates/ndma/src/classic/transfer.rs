@@ -132,8 +132,9 @@ impl Transfer {
         mc_pair_to_nc(&self.src, &self.dst)
     }
 
-    fn prefetch_addr(&self) -> u64 {
-        self.prefetch.unwrap_or(0)
+    /// The user range to fault in once the copy is staged, if any (0, as the driver's argument, is none).
+    pub(crate) fn prefetch_at(&self) -> Option<u64> {
+        self.prefetch.filter(|&addr| addr != 0)
     }
 }
 
@@ -144,8 +145,7 @@ impl NeuronDevice {
     ///
     /// As [`NeuronDevice::memcpy_mc`].
     pub fn copy(&self, t: &Transfer) -> Result<()> {
-        self.memcpy_mc_async(&t.src, &t.dst, t.src_offset, t.dst_offset, t.len, t.prefetch_addr(), CtxHandle::Sync)
-            .map(|_| ())
+        self.memcpy_mc_chained(t, CtxHandle::Sync).map(|_| ()).map_err(|f| f.error)
     }
 
     /// Starts `t` asynchronously (at most one batch, [`crate::MAX_BATCH_BYTES`]) as the first copy of a chain
@@ -174,15 +174,7 @@ impl NeuronDevice {
     ///
     /// As [`NeuronDevice::memcpy_mc_async`] with [`CtxHandle::None`].
     pub fn start(&self, t: &Transfer) -> Result<InFlight<'_>> {
-        let handle = self.memcpy_mc_async(
-            &t.src,
-            &t.dst,
-            t.src_offset,
-            t.dst_offset,
-            t.len,
-            t.prefetch_addr(),
-            CtxHandle::None,
-        )?;
+        let handle = self.memcpy_mc_chained(t, CtxHandle::None).map_err(|f| f.error)?;
         Ok(InFlight { dev: self, nc: t.nc(), handle: Some(handle) })
     }
 }
@@ -291,15 +283,7 @@ impl<'d> InFlight<'d> {
             self.wait()?;
             return dev.start(next);
         }
-        let r = self.dev.memcpy_mc_chained(
-            &next.src,
-            &next.dst,
-            next.src_offset,
-            next.dst_offset,
-            next.len,
-            next.prefetch_addr(),
-            prev,
-        );
+        let r = self.dev.memcpy_mc_chained(next, prev);
         match r {
             Ok(handle) => {
                 self.handle = None;
