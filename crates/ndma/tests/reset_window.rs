@@ -131,3 +131,144 @@ fn pipelines_survive_a_reset() {
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.timeouts, s.retries, s.replays, s.transfers), (1, 1, 2, 6), "{s:?}");
 }
+
+/// A marker that lands just after the wait's last poll, in a reset window: the wait reports a timeout and the
+/// V2 retry re-initialises the ring. A platform wrapped around the model's swallows a chain's first delays
+/// (deferred engines run only when a thread delays), then moves the clock past a 1-jiffy reset and lets the
+/// engine run both batches of the chain right after the last poll.
+mod late_marker {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use ndma::{dhal, poll_plan, HostBuf, Platform, System, Transfer};
+    use ndma_emu::test_utils::*;
+    use ndma_emu::{ClockKind, EmuPlatform, ExecPolicy, OrderingMode};
+    use udma::Arch;
+
+    /// The model's platform, except that while `swallow` > 0 a delay on the thread named "chain" does nothing
+    /// and counts down; the one that brings it to 0 advances the clock by `late_us` and delays for real.
+    struct LatePlatform {
+        inner: Arc<EmuPlatform>,
+        swallow: AtomicU64,
+        late_us: u64,
+    }
+
+    impl Platform for LatePlatform {
+        fn jiffies(&self) -> u64 {
+            self.inner.jiffies()
+        }
+        fn now_us(&self) -> u64 {
+            self.inner.now_us()
+        }
+        fn udelay(&self, us: u64) {
+            self.inner.udelay(us)
+        }
+        fn delay_until(&self, word: &AtomicU32, value: u32, us: u64) -> bool {
+            if std::thread::current().name() == Some("chain") {
+                match self.swallow.load(Ordering::SeqCst) {
+                    0 => {}
+                    1 => {
+                        self.swallow.store(0, Ordering::SeqCst);
+                        self.inner.advance_us(self.late_us);
+                    }
+                    left => {
+                        self.swallow.store(left - 1, Ordering::SeqCst);
+                        return false;
+                    }
+                }
+            }
+            self.inner.delay_until(word, value, us)
+        }
+        fn is_emulation(&self) -> bool {
+            self.inner.is_emulation()
+        }
+        fn alloc_coherent(&self, len: usize) -> ndma::Result<HostBuf> {
+            self.inner.alloc_coherent(len)
+        }
+        fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64> {
+            self.inner.virt_to_phys(cpu, len)
+        }
+    }
+
+    /// Runs, on a thread named "chain", copy 1 then (chained) copy 2 on a V2 device whose engine runs both
+    /// only after copy 1's wait has made its last poll; copy 1 starts inside a reset window. Returns the
+    /// chain's result to `check`, with the model and what `setup` kept.
+    fn chain<K>(
+        setup: impl FnOnce(&ndma::NeuronDevice, &ndma_emu::EmuDevice) -> (Transfer, Transfer, K),
+        check: impl FnOnce(&ndma_emu::EmuDevice, ndma::Result<()>, K),
+    ) {
+        let cfg = testbed_config(Arch::V2, ExecPolicy::Deferred, OrderingMode::Adversarial, ClockKind::Fake);
+        let emu = cfg.model().unwrap();
+        // Copy 1's wait (a 2-descriptor async batch) delays 1 + (loops + 1) times before it times out.
+        let (_, loops) = poll_plan(dhal(Arch::V2), false, 2, true, false);
+        let inner = Arc::clone(emu.platform());
+        let platform = Arc::new(LatePlatform { inner, swallow: AtomicU64::new(loops + 2), late_us: 5_000 });
+        let hw = emu.devices().iter().map(|d| ndma_emu::device_hw(d).unwrap()).collect();
+        let system = System::new(Arch::V2, Arc::clone(&platform) as Arc<dyn Platform>, hw).unwrap();
+        let (dev, model) = (&system.devices()[0], emu.device(0));
+        let (first, second, kept) = setup(dev, model);
+        let result = std::thread::scope(|scope| {
+            let run = || {
+                let copy = dev.start(&first)?;
+                // The reset begins after copy 1's doorbell and is over before the engine runs (the clock moves
+                // 5 ms first): nothing hangs, but copy 1 started inside the window.
+                assert!(model.reset_nc(0, 1));
+                copy.then(&second)?.wait()
+            };
+            std::thread::Builder::new().name("chain".into()).spawn_scoped(scope, run).unwrap().join().unwrap()
+        });
+        assert_eq!(platform.swallow.load(Ordering::SeqCst), 0, "the engine ran late");
+        let s = dev.ring_stats(0).unwrap();
+        assert_eq!((s.timeouts, s.retries, s.replays, s.transfers), (1, 1, 0, 2), "{s:?}");
+        assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+        check(model, result, kept);
+    }
+
+    /// Both copies write one destination: the later one's bytes must stay. The replay ran copy 1 again after
+    /// copy 2, completed in place, and the destination held copy 1's bytes.
+    #[test]
+    fn a_late_marker_in_a_reset_window_does_not_rerun_the_waited_copy_after_a_later_one() {
+        chain(
+            |dev, emu| {
+                let (s1, s2, d) = (
+                    alloc(dev, true, 4096, 0).unwrap(),
+                    alloc(dev, true, 4096, 0).unwrap(),
+                    alloc(dev, false, 4096, 0).unwrap(),
+                );
+                fill_chunk(emu, &s1, 0, 4096, 0x11).unwrap();
+                fill_chunk(emu, &s2, 0, 4096, 0x22).unwrap();
+                fill_chunk(emu, &d, 0, 4096, 0xee).unwrap();
+                (Transfer::new(&s1, &d, 4096), Transfer::new(&s2, &d, 4096), Arc::clone(&d))
+            },
+            |emu, r, d| {
+                assert_eq!(r, Ok(()));
+                let out = read_vec(emu, &d, 0, 4096).unwrap();
+                assert!(out.iter().all(|&b| b == 0x22), "the chain's last copy wrote 0x22, found {:#x}", out[0]);
+            },
+        );
+    }
+
+    /// Drain then refill: copy 1 moves `a` to `b`, copy 2 refills `a`. `b` must hold what `a` held.
+    #[test]
+    fn a_late_marker_in_a_reset_window_does_not_rerun_a_copy_whose_source_a_later_one_refilled() {
+        chain(
+            |dev, emu| {
+                let (a, c, b) = (
+                    alloc(dev, true, 4096, 0).unwrap(),
+                    alloc(dev, true, 4096, 0).unwrap(),
+                    alloc(dev, false, 4096, 0).unwrap(),
+                );
+                fill_chunk(emu, &a, 0, 4096, 0x11).unwrap();
+                fill_chunk(emu, &c, 0, 4096, 0x22).unwrap();
+                fill_chunk(emu, &b, 0, 4096, 0xee).unwrap();
+                (Transfer::new(&a, &b, 4096), Transfer::new(&c, &a, 4096), (Arc::clone(&a), Arc::clone(&b)))
+            },
+            |emu, r, (a, b)| {
+                assert_eq!(r, Ok(()));
+                assert!(read_vec(emu, &a, 0, 4096).unwrap().iter().all(|&x| x == 0x22), "copy 2 refilled a");
+                let out = read_vec(emu, &b, 0, 4096).unwrap();
+                assert!(out.iter().all(|&x| x == 0x11), "copy 1 moved a's 0x11 to b, found {:#x}", out[0]);
+            },
+        );
+    }
+}

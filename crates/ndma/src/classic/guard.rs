@@ -110,29 +110,29 @@ impl<'a> RingGuard<'a> {
 
     /// Re-initialises the queue under the classic contexts in flight on it and returns those that must run
     /// again, in the order their batches were first staged: every one but those in `skip`, except
-    /// - a batch that had landed (its marker visible, read after the re-initialisation, when nothing of the
-    ///   ring lands any more), which is completed in place — nothing to run again, nothing left to ack;
+    /// - the batches that had landed before the first that had not (their markers visible, read after the
+    ///   re-initialisation, when nothing of the ring lands any more), which are completed in place — nothing
+    ///   to run again, nothing left to ack. From the first batch that had not landed on, every batch runs again,
+    ///   landed or not, so the ring's order holds: a later batch completed in place while an earlier one ran
+    ///   again would see its writes undone, or its source changed under it;
     /// - a copy that reads what it writes ([`DmaContext::replayable`]), which is aborted: the engine may have
-    ///   run part of it, and a second run would read bytes the first overwrote.
-    ///
-    /// `keep` is returned in either case (its caller has checked that it may run again): a wait is about to
-    /// ack it.
+    ///   run part of it, and a second run would read bytes the first overwrote — except `keep`, whose caller
+    ///   has checked that it may run again.
     pub(super) fn reinit_in_flight(&mut self, skip: &[usize], keep: Option<usize>) -> Vec<usize> {
         let contexts = &self.inner.contexts;
         let mut order: Vec<usize> =
             (0..contexts.len()).filter(|&s| contexts[s].in_flight > 0 && !skip.contains(&s)).collect();
         order.sort_by_key(|&s| contexts[s].staged_seq);
         self.reinit_queue();
+        let mut landed_so_far = true;
         order.retain(|&slot| {
-            if Some(slot) == keep {
-                return true;
-            }
-            if super::wait::marker_visible(self.ring, slot) {
+            landed_so_far &= super::wait::marker_visible(self.ring, slot);
+            if landed_so_far {
                 self.complete_batch(slot);
                 return false;
             }
             let ctx = &mut self.inner.contexts[slot];
-            if !ctx.replayable() {
+            if Some(slot) != keep && !ctx.replayable() {
                 ctx.abort();
                 return false;
             }

@@ -105,6 +105,11 @@ impl RingGuard<'_> {
             );
             self.inner.contexts[wait_slot].start_time = self.dev.platform.jiffies();
             self.replay_in_flight(wait_slot)?;
+            if self.inner.contexts[wait_slot].in_flight == 0 {
+                // Its marker had landed after all (just after the last poll): the re-initialisation completed it
+                // in place, with every batch staged before it.
+                return Ok(());
+            }
             replays += 1;
             is_async = false;
         }
@@ -115,14 +120,18 @@ impl RingGuard<'_> {
     /// The V2 retry's "re-init the ring and replay": re-initialises the queue, then re-stages every batch that
     /// was in flight, in the order it was first staged — the waited context and the one staged after it, as
     /// the driver does, and any other context still in flight, which a re-init would otherwise silently lose.
-    /// A batch of another context whose marker had landed is done as it is, not run again (the driver replays
-    /// it: a copy over its own source would then read bytes it already overwrote), and another copy over its
-    /// own source still in flight is aborted ([`RingGuard::reinit_in_flight`]).
+    /// Batches whose markers had landed, in ring order up to the first that had not, are done as they are and
+    /// not run again — the waited one too, when its marker landed just after the last poll (the driver replays
+    /// them: a copy over its own source would then read bytes it already overwrote, and a replayed earlier
+    /// batch could undo a later one) — and another copy over its own source still in flight is aborted
+    /// ([`RingGuard::reinit_in_flight`]).
     fn replay_in_flight(&mut self, wait_slot: usize) -> Result<()> {
         let again = self.reinit_in_flight(&[], Some(wait_slot));
         self.ring.stats.add_retries(1);
         for slot in again {
             self.stage(slot)?;
+            // Its doorbell rang now: what the reset-window check asks about.
+            self.restart_clock(slot);
             self.ring.stats.add_replays(1);
         }
         Ok(())
