@@ -420,9 +420,10 @@ impl NeuronDevice {
         bits.fold(0, |acc, bit| acc | 1 << bit)
     }
 
-    /// The pre-pinned pages covering `n` pages of `mm` from `va`, if a range it registered holds them.
-    pub(crate) fn prepinned(&self, mm: &Arc<dyn crate::UserMm>, va: u64, n: usize) -> Option<Pinned> {
-        self.registry.upgrade()?.pinned.try_populate(mm, va, n)
+    /// The pre-pinned pages covering `n` pages of `mm` from `va`, if a range it registered holds them; `current`:
+    /// `mm` is the calling task's ([`PinnedStore::try_populate`](crate::zerocopy::prepinned::PinnedStore::try_populate)).
+    pub(crate) fn prepinned(&self, mm: &Arc<dyn crate::UserMm>, va: u64, n: usize, current: bool) -> Option<Pinned> {
+        self.registry.upgrade()?.pinned.try_populate(mm, va, n, current)
     }
 
     /// The `zerocopy_trn1_override` module parameter: allow zero-copy on an arch with the reset-window retry.

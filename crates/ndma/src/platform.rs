@@ -166,7 +166,9 @@ pub trait Platform: Send + Sync {
     }
 
     /// `current->mm`: the calling task's address space, if it has one (a kernel thread has none). Cloning
-    /// the returned `Arc` is capturing the address space (`mmget`) for a later remote pin.
+    /// the returned `Arc` is capturing the address space (`mmget`) for a later remote pin. Every call on behalf
+    /// of one address space must return a clone of the same `Arc`: the op layer tells address spaces apart
+    /// by it (a pre-pinned range belongs to the one that registered it, not to whoever reuses its pid).
     fn current_mm(&self) -> Option<Arc<dyn UserMm>> {
         None
     }

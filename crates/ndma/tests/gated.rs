@@ -107,12 +107,14 @@ impl UserMm for SpyMm {
 }
 
 /// The model's platform, with a gate in `delay_until` and one in `alloc_coherent`, handing out address
-/// spaces that record their unpins.
+/// spaces that record their unpins — one spy per address space, as `current_mm` must (the op layer tells
+/// address spaces apart by their `Arc`).
 struct GatedPlatform {
     inner: Arc<EmuPlatform>,
     delay: Arc<Gate>,
     alloc: Arc<Gate>,
     watch: Arc<Watch>,
+    spies: Mutex<Vec<(Arc<dyn UserMm>, Arc<dyn UserMm>)>>,
 }
 
 impl Platform for GatedPlatform {
@@ -141,7 +143,13 @@ impl Platform for GatedPlatform {
     }
     fn current_mm(&self) -> Option<Arc<dyn UserMm>> {
         let inner = self.inner.current_mm()?;
-        Some(Arc::new(SpyMm { inner, watch: Arc::clone(&self.watch) }))
+        let mut spies = self.spies.lock().unwrap();
+        if let Some((_, spy)) = spies.iter().find(|(mm, _)| Arc::ptr_eq(mm, &inner)) {
+            return Some(Arc::clone(spy));
+        }
+        let spy: Arc<dyn UserMm> = Arc::new(SpyMm { inner: Arc::clone(&inner), watch: Arc::clone(&self.watch) });
+        spies.push((inner, Arc::clone(&spy)));
+        Some(spy)
     }
     fn device_diagnostics(&self, device: u32, engine: u32, qid: u32) -> Option<String> {
         self.inner.device_diagnostics(device, engine, qid)
@@ -166,7 +174,7 @@ impl Gated {
         let (delay, alloc, watch) = (Gate::new("ndma cmpltn"), Gate::new("submitter"), Arc::new(Watch::default()));
         let inner = Arc::clone(emu.platform());
         let (d, a, w) = (Arc::clone(&delay), Arc::clone(&alloc), Arc::clone(&watch));
-        let platform = Arc::new(GatedPlatform { inner, delay: d, alloc: a, watch: w });
+        let platform = Arc::new(GatedPlatform { inner, delay: d, alloc: a, watch: w, spies: Mutex::default() });
         let hw = emu.devices().iter().map(|d| ndma_emu::device_hw(d).unwrap()).collect();
         let system = System::new(Arch::V3, platform, hw).unwrap();
         watch.emu.set(Arc::clone(emu.device(0))).ok().unwrap();
@@ -352,4 +360,39 @@ fn a_failed_drain_unpins_only_after_the_engine_let_go_of_the_pages() {
     assert_eq!(issued, [(64, 0, false), (64, 0, false)], "every unpin: {unpins:?}");
     assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
     assert!(g.emu.host().frames().leak_check().is_clean());
+}
+
+/// Process A (pid 4242) queues an async request whose second piece waits for pin budget, then exits; process
+/// B reuses the pid and pre-pins a range. The completion thread pinning A's deferred piece looks it up in the
+/// pre-pinned store on behalf of A's captured address space: that lookup must neither take B's pages nor
+/// evict B's range as stale (it released it; B's own unpin then failed `-ENOENT`).
+#[test]
+fn a_deferred_piece_of_an_exited_process_leaves_its_pid_successors_pinned_range_alone() {
+    let g = Gated::new();
+    let _open = g.open_on_drop();
+    let dev = &g.system.devices()[0];
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    dev.set_zerocopy_pin_budget(64);
+    let a = AddressSpace::new(g.emu.host(), 4242);
+    let mc = dev.alloc_device(128 * PAGE, 0).unwrap();
+    {
+        let _enter = a.enter();
+        g.park_completion_thread(&a);
+        let va = a.map(&MapSpec::new(128, Placement::Contiguous)).unwrap();
+        // Two pieces of 64 pages: the first pinned, the second deferred (budget 64).
+        dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: 128 * PAGE, buffer: va }], &mc, 0, -1, true, 1, 10)
+            .unwrap();
+        let s = dev.zerocopy_status(0).unwrap();
+        assert_eq!((s.contexts, s.pinned_pages), (2, 64));
+    }
+    a.exit();
+    let b = AddressSpace::new(g.emu.host(), 4242);
+    let _enter = b.enter();
+    let vb = b.map(&MapSpec::new(128, Placement::Contiguous)).unwrap();
+    g.system.pin_host_memory(vb, 128 * PAGE).unwrap();
+    g.delay.open();
+    // A's deferred piece cannot be pinned remotely: A exited (-ESRCH).
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 1, compl_ret: -3, context: 10 }]);
+    assert_eq!(g.system.pinned_ranges(), 1, "B's range is B's");
+    assert_eq!(g.system.unpin_host_memory(vb), Ok(()));
 }

@@ -279,7 +279,7 @@ impl RingGuard<'_> {
                 break;
             }
             let (va, device_writes) = (c.host_addr & !(PAGE_SIZE - 1), !c.to_device);
-            let prepinned = c.mm.clone().and_then(|mm| self.dev.prepinned(&mm, va, n as usize));
+            let prepinned = c.mm.clone().and_then(|mm| self.dev.prepinned(&mm, va, n as usize, false));
             let c = self.zq().entry_mut(i);
             let pin = match prepinned {
                 Some(p) => Ok(p),

@@ -182,10 +182,16 @@ impl PinnedStore {
     }
 
     /// The pre-pinned pages covering `n` pages from the page-aligned `va` of `mm`, if one range it registered
-    /// holds them all (`ndma_pinned_mem_try_populate`).
-    pub(crate) fn try_populate(&self, mm: &Arc<dyn UserMm>, va: u64, n: usize) -> Option<Pinned> {
-        let (_stale, all) = self.lock_for(mm);
+    /// holds them all (`ndma_pinned_mem_try_populate`). `current`: `mm` is the calling task's, so its pid's
+    /// ranges another address space registered are stale and go; a lookup on behalf of a captured address
+    /// space (the completion thread's remote pin) evicts nothing — that process may have exited, and a new one
+    /// reusing its pid owns the live ranges.
+    pub(crate) fn try_populate(&self, mm: &Arc<dyn UserMm>, va: u64, n: usize, current: bool) -> Option<Pinned> {
+        let (_stale, all) = if current { self.lock_for(mm) } else { (Vec::new(), self.lock()) };
         let (_, r) = all.get(&mm.pid())?.range(..=(va | (PAGE_SIZE - 1))).next_back()?;
+        if !r.belongs_to(mm) {
+            return None;
+        }
         let first = usize::try_from((va - r.first_page()) / PAGE_SIZE).ok()?;
         (va >= r.first_page() && first + n <= r.pages().len()).then(|| Pinned::from_range(r, first, n))
     }

@@ -305,7 +305,7 @@ impl RingGuard<'_> {
         let page = host & !(PAGE_SIZE - 1);
         let device_writes = !req.to_device;
         let pinned = if pin_now {
-            match self.dev.prepinned(req.mm, page, nr_pages as usize) {
+            match self.dev.prepinned(req.mm, page, nr_pages as usize, true) {
                 Some(p) => Some(p),
                 None => Some(pin_local(req.mm, page, nr_pages as usize, device_writes)?),
             }
