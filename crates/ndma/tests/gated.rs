@@ -114,8 +114,11 @@ struct GatedPlatform {
     delay: Arc<Gate>,
     alloc: Arc<Gate>,
     watch: Arc<Watch>,
-    spies: Mutex<Vec<(Arc<dyn UserMm>, Arc<dyn UserMm>)>>,
+    spies: Mutex<Vec<Spied>>,
 }
+
+/// An address space and the spy handed out for it.
+type Spied = (Arc<dyn UserMm>, Arc<dyn UserMm>);
 
 impl Platform for GatedPlatform {
     fn jiffies(&self) -> u64 {
