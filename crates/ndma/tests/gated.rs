@@ -399,3 +399,38 @@ fn a_deferred_piece_of_an_exited_process_leaves_its_pid_successors_pinned_range_
     assert_eq!(g.system.pinned_ranges(), 1, "B's range is B's");
     assert_eq!(g.system.unpin_host_memory(vb), Ok(()));
 }
+
+/// Completions held back behind a full completion queue when the System is dropped: the stopping thread
+/// leaves them (nobody may read them, and the drop must not wait for a consumer), but a caller that keeps the
+/// device and keeps reading gets them — every later call on the ring (here a sync request) posts what the
+/// consumer made room for.
+#[test]
+fn completions_held_back_when_the_system_drops_reach_a_consumer_that_keeps_the_device() {
+    let Gated { system, emu, delay, alloc, .. } = Gated::new();
+    let _open = OpenOnDrop(vec![Arc::clone(&alloc), Arc::clone(&delay)]);
+    delay.open(); // the completion thread runs freely
+    let dev = Arc::clone(&system.devices()[0]);
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let n = 1030u64;
+    for seq in 1..=n {
+        while let Err(e) = dev.zerocopy_submit_completed(0, -1, seq, 0, !seq) {
+            assert_eq!(e, NdmaError::QueueFull { nc: 0 }, "the context queue makes room as the thread posts");
+            std::thread::yield_now();
+        }
+    }
+    while dev.zerocopy_status(0).unwrap().contexts > 0 {
+        std::thread::yield_now();
+    }
+    assert_eq!(dev.zerocopy_status(0).unwrap().backlog, 6, "1024 posted, 6 held back");
+    drop(system);
+    let mut got = take(&cq, 1024);
+    let mm = AddressSpace::new(emu.host(), 4242);
+    let _enter = mm.enter();
+    let va = mm.map(&MapSpec::new(1, Placement::Contiguous)).unwrap();
+    let mc = dev.alloc_device(PAGE, 0).unwrap();
+    dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: PAGE, buffer: va }], &mc, 0, -1, true, 0, 0).unwrap();
+    got.extend(take(&cq, 6));
+    let want: Vec<CqEntry> = (1..=n).map(|seq| CqEntry { sequence_num: seq, compl_ret: 0, context: !seq }).collect();
+    assert!(got == want, "every completion once, in order");
+    assert_eq!(dev.zerocopy_status(0).unwrap().backlog, 0);
+}

@@ -169,6 +169,13 @@ impl NeuronDevice {
             // request's pieces: another may carry the same sequence number.
             g.zc_drain_request(id, None, to_device);
         }
+        if !is_async {
+            // Completions the consumers made room for since: the completion thread posts them too, but once
+            // its system is gone, a device kept past it has only its callers to do it.
+            if let Some(zc) = g.inner.zc.as_mut() {
+                zc.cq.flush();
+            }
+        }
         drop(g);
         if let (Ok(()), Some(bit)) = (&result, bit) {
             self.completion_thread.kick(bit);
