@@ -1,15 +1,15 @@
 //! What needs the platform wrapped: interleavings with another thread held at an exact point — a gate parks a
 //! named thread in one of the platform's calls until the test opens it (the completion thread in its first
 //! marker-aware delay, a submitter in the allocation of a ring's zero-copy state; no sleeps: the test waits
-//! until the thread is parked) — and what the op layer does at the moment it unpins user pages (the calling
-//! task's address space is handed out wrapped in turn, and every unpin records what the ring's queue still
-//! held then).
+//! until the thread is parked), an engine that runs a moment too late (after a wait's last poll), and what
+//! the op layer does at the moment it unpins user pages (the calling task's address space is handed out
+//! wrapped in turn, and every unpin records what the ring's queue still held then).
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use ndma::zerocopy::{CqConsumer, CqEntry};
-use ndma::{BatchOp, CtxHandle, HostBuf, NdmaError, Platform, System, UserMm, PAGE_SIZE};
+use ndma::{dhal, poll_plan, BatchOp, CtxHandle, HostBuf, NdmaError, Platform, System, Transfer, UserMm, PAGE_SIZE};
 use ndma_emu::test_utils::take_completions as take;
 use ndma_emu::test_utils::*;
 use ndma_emu::{AddressSpace, ClockKind, EmuDevice, EmuPlatform, EmuSystem, ExecPolicy, MapSpec};
@@ -115,6 +115,37 @@ struct GatedPlatform {
     alloc: Arc<Gate>,
     watch: Arc<Watch>,
     spies: Mutex<Vec<Spied>>,
+    late: Late,
+}
+
+/// A late engine: while `swallow` > 0, a delay on the thread named "chain" does nothing (with deferred
+/// engines, which run only when a thread delays, nothing runs) and counts down; the delay that brings it to 0
+/// moves the clock on by `late_us` first, then delays for real.
+#[derive(Default)]
+struct Late {
+    swallow: AtomicU64,
+    late_us: AtomicU64,
+}
+
+impl Late {
+    /// Whether this delay is swallowed.
+    fn swallowed(&self, inner: &EmuPlatform) -> bool {
+        if std::thread::current().name() != Some("chain") {
+            return false;
+        }
+        match self.swallow.load(Ordering::SeqCst) {
+            0 => false,
+            1 => {
+                self.swallow.store(0, Ordering::SeqCst);
+                inner.advance_us(self.late_us.load(Ordering::SeqCst));
+                false
+            }
+            left => {
+                self.swallow.store(left - 1, Ordering::SeqCst);
+                true
+            }
+        }
+    }
 }
 
 /// An address space and the spy handed out for it.
@@ -132,6 +163,9 @@ impl Platform for GatedPlatform {
     }
     fn delay_until(&self, word: &AtomicU32, value: u32, us: u64) -> bool {
         self.delay.pass();
+        if self.late.swallowed(&self.inner) {
+            return false;
+        }
         self.inner.delay_until(word, value, us)
     }
     fn is_emulation(&self) -> bool {
@@ -159,12 +193,13 @@ impl Platform for GatedPlatform {
     }
 }
 
-/// A V3 model (inline engines, fake clock, the tests' sizes and silicon budgets) whose op layer runs over a
-/// [`GatedPlatform`] holding the completion thread in `delay_until` and threads named "submitter" in
-/// `alloc_coherent`. Fields drop in order: the op layer, then the model.
+/// A model (fake clock, the tests' sizes and silicon budgets; V3 with inline engines unless said) whose op
+/// layer runs over a [`GatedPlatform`] holding the completion thread in `delay_until` and threads named
+/// "submitter" in `alloc_coherent`. Fields drop in order: the op layer, then the model.
 struct Gated {
     system: System,
     emu: EmuSystem,
+    platform: Arc<GatedPlatform>,
     delay: Arc<Gate>,
     alloc: Arc<Gate>,
     watch: Arc<Watch>,
@@ -172,17 +207,28 @@ struct Gated {
 
 impl Gated {
     fn new() -> Gated {
-        let cfg = testbed_config(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+        Gated::with(Arch::V3, ExecPolicy::Inline)
+    }
+
+    fn with(arch: Arch, exec: ExecPolicy) -> Gated {
+        let cfg = testbed_config(arch, exec, OrderingMode::Adversarial, ClockKind::Fake);
         let emu = cfg.model().unwrap();
         let (delay, alloc, watch) = (Gate::new("ndma cmpltn"), Gate::new("submitter"), Arc::new(Watch::default()));
         let inner = Arc::clone(emu.platform());
         let (d, a, w) = (Arc::clone(&delay), Arc::clone(&alloc), Arc::clone(&watch));
-        let platform = Arc::new(GatedPlatform { inner, delay: d, alloc: a, watch: w, spies: Mutex::default() });
+        let platform = Arc::new(GatedPlatform {
+            inner,
+            delay: d,
+            alloc: a,
+            watch: w,
+            spies: Mutex::default(),
+            late: Late::default(),
+        });
         let hw = emu.devices().iter().map(|d| ndma_emu::device_hw(d).unwrap()).collect();
-        let system = System::new(Arch::V3, platform, hw).unwrap();
+        let system = System::new(arch, Arc::clone(&platform) as Arc<dyn Platform>, hw).unwrap();
         watch.emu.set(Arc::clone(emu.device(0))).ok().unwrap();
         watch.queue.set(system.devices()[0].h2t_queue(0).unwrap()).unwrap();
-        Gated { system, emu, delay, alloc, watch }
+        Gated { system, emu, platform, delay, alloc, watch }
     }
 
     /// A guard that opens both gates when it goes (declare it after the `Gated`, so it goes first).
@@ -433,4 +479,80 @@ fn completions_held_back_when_the_system_drops_reach_a_consumer_that_keeps_the_d
     let want: Vec<CqEntry> = (1..=n).map(|seq| CqEntry { sequence_num: seq, compl_ret: 0, context: !seq }).collect();
     assert!(got == want, "every completion once, in order");
     assert_eq!(dev.zerocopy_status(0).unwrap().backlog, 0);
+}
+
+/// Runs, on a thread named "chain", copy 1 then (chained) copy 2 on a V2 device whose deferred engine runs
+/// both only after copy 1's wait made its last poll — the marker lands a moment too late — while copy 1
+/// started inside a reset window, so the V2 retry re-initialises the ring. Hands the chain's result to
+/// `check`, with the model and what `setup` kept.
+fn late_chain<K>(
+    setup: impl FnOnce(&ndma::NeuronDevice, &ndma_emu::EmuDevice) -> (Transfer, Transfer, K),
+    check: impl FnOnce(&ndma_emu::EmuDevice, ndma::Result<()>, K),
+) {
+    let g = Gated::with(Arch::V2, ExecPolicy::Deferred);
+    let _open = g.open_on_drop();
+    g.delay.open();
+    // Copy 1's wait (a 2-descriptor async batch) delays 1 + (loops + 1) times before it times out.
+    let (_, loops) = poll_plan(dhal(Arch::V2), false, 2, true, false);
+    g.platform.late.swallow.store(loops + 2, Ordering::SeqCst);
+    g.platform.late.late_us.store(5_000, Ordering::SeqCst);
+    let (dev, model) = (&g.system.devices()[0], g.emu.device(0));
+    let (first, second, kept) = setup(dev, model);
+    let result = std::thread::scope(|scope| {
+        let run = || {
+            let copy = dev.start(&first)?;
+            // The reset begins after copy 1's doorbell and is over before the engine runs (the clock moves
+            // 5 ms first): nothing hangs, but copy 1 started inside the window.
+            assert!(model.reset_nc(0, 1));
+            copy.then(&second)?.wait()
+        };
+        std::thread::Builder::new().name("chain".into()).spawn_scoped(scope, run).unwrap().join().unwrap()
+    });
+    assert_eq!(g.platform.late.swallow.load(Ordering::SeqCst), 0, "the engine ran late");
+    let s = dev.ring_stats(0).unwrap();
+    assert_eq!((s.timeouts, s.retries, s.replays, s.transfers), (1, 1, 0, 2), "{s:?}");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    check(model, result, kept);
+}
+
+/// Both copies write one destination: the later one's bytes must stay. The V2 replay ran copy 1 again after
+/// copy 2, completed in place, and the destination held copy 1's bytes.
+#[test]
+fn a_late_marker_in_a_reset_window_does_not_rerun_the_waited_copy_after_a_later_one() {
+    late_chain(
+        |dev, emu| {
+            let (s1, s2) = (alloc(dev, true, 4096, 0).unwrap(), alloc(dev, true, 4096, 0).unwrap());
+            let d = alloc(dev, false, 4096, 0).unwrap();
+            fill_chunk(emu, &s1, 0, 4096, 0x11).unwrap();
+            fill_chunk(emu, &s2, 0, 4096, 0x22).unwrap();
+            fill_chunk(emu, &d, 0, 4096, 0xee).unwrap();
+            (Transfer::new(&s1, &d, 4096), Transfer::new(&s2, &d, 4096), Arc::clone(&d))
+        },
+        |emu, r, d| {
+            assert_eq!(r, Ok(()));
+            let out = read_vec(emu, &d, 0, 4096).unwrap();
+            assert!(out.iter().all(|&b| b == 0x22), "the chain's last copy wrote 0x22, found {:#x}", out[0]);
+        },
+    );
+}
+
+/// Drain then refill: copy 1 moves `a` to `b`, copy 2 refills `a`. `b` must hold what `a` held.
+#[test]
+fn a_late_marker_in_a_reset_window_does_not_rerun_a_copy_whose_source_a_later_one_refilled() {
+    late_chain(
+        |dev, emu| {
+            let (a, c) = (alloc(dev, true, 4096, 0).unwrap(), alloc(dev, true, 4096, 0).unwrap());
+            let b = alloc(dev, false, 4096, 0).unwrap();
+            fill_chunk(emu, &a, 0, 4096, 0x11).unwrap();
+            fill_chunk(emu, &c, 0, 4096, 0x22).unwrap();
+            fill_chunk(emu, &b, 0, 4096, 0xee).unwrap();
+            (Transfer::new(&a, &b, 4096), Transfer::new(&c, &a, 4096), (Arc::clone(&a), Arc::clone(&b)))
+        },
+        |emu, r, (a, b)| {
+            assert_eq!(r, Ok(()));
+            assert!(read_vec(emu, &a, 0, 4096).unwrap().iter().all(|&x| x == 0x22), "copy 2 refilled a");
+            let out = read_vec(emu, &b, 0, 4096).unwrap();
+            assert!(out.iter().all(|&x| x == 0x11), "copy 1 moved a's 0x11 to b, found {:#x}", out[0]);
+        },
+    );
 }
