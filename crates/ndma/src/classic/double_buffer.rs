@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::transfer::Transfer;
+use super::transfer::CopyRef;
 use super::{checked_end, Moves, RingGuard};
 use crate::context::{CtxHandle, Held};
 use crate::device::{mc_pair_to_nc, NeuronDevice};
@@ -68,33 +68,30 @@ impl NeuronDevice {
         prefetch_addr: u64,
         prev: CtxHandle,
     ) -> Result<CtxHandle> {
-        let t = Transfer::new(src, dst, size).src_offset(src_off).dst_offset(dst_off);
-        let t = if prefetch_addr != 0 { t.prefetch(prefetch_addr) } else { t };
-        self.memcpy_mc_chained(&t, prev).map_err(|f| f.error)
+        let prefetch = (prefetch_addr != 0).then_some(prefetch_addr);
+        let t = CopyRef { src, dst, src_offset: src_off, dst_offset: dst_off, len: size, prefetch };
+        self.memcpy_mc_chained(t, prev).map_err(|f| f.error)
     }
 
-    /// [`NeuronDevice::memcpy_mc_async`] of transfer `t`, telling on failure whether `prev` was consumed:
-    /// decided under the ring lock, where it is true, rather than by looking at the context again afterwards,
-    /// when another chain may have taken it. A staged context holds `t`'s chunks.
+    /// [`NeuronDevice::memcpy_mc_async`] of copy `t`, telling on failure whether `prev` was consumed: decided
+    /// under the ring lock, where it is true, rather than by looking at the context again afterwards, when
+    /// another chain may have taken it. A staged context holds `t`'s chunks.
     pub(crate) fn memcpy_mc_chained(
         &self,
-        t: &Transfer,
+        t: CopyRef<'_>,
         prev: CtxHandle,
     ) -> std::result::Result<CtxHandle, ChainFailure> {
-        let (size, prefetch) = (t.len(), t.prefetch_at());
-        let s =
-            self.chunk_window("source chunk", t.src(), t.src_offset_bytes(), size).map_err(ChainFailure::refused)?;
-        let d = self
-            .chunk_window("destination chunk", t.dst(), t.dst_offset_bytes(), size)
-            .map_err(ChainFailure::refused)?;
-        let nc = t.nc();
+        let (size, prefetch) = (t.len, t.prefetch);
+        let s = self.chunk_window("source chunk", t.src, t.src_offset, size).map_err(ChainFailure::refused)?;
+        let d = self.chunk_window("destination chunk", t.dst, t.dst_offset, size).map_err(ChainFailure::refused)?;
+        let nc = mc_pair_to_nc(t.src, t.dst);
         let cur = prev.next();
         if cur == CtxHandle::Sync {
             // The chunks are borrowed for the whole synchronous call.
             self.offset_move(nc, s, d, size, Moves::BOTH, prefetch).map_err(ChainFailure::consumed)?;
             return Ok(cur);
         }
-        let held = [Some(Arc::clone(t.src())), Some(Arc::clone(t.dst()))];
+        let held = [Some(Arc::clone(t.src)), Some(Arc::clone(t.dst))];
         self.offset_move_async(nc, s, d, size, prefetch, held, prev, cur)?;
         Ok(cur)
     }

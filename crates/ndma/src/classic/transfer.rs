@@ -132,10 +132,30 @@ impl Transfer {
         mc_pair_to_nc(&self.src, &self.dst)
     }
 
-    /// The user range to fault in once the copy is staged, if any (0, as the driver's argument, is none).
-    pub(crate) fn prefetch_at(&self) -> Option<u64> {
-        self.prefetch.filter(|&addr| addr != 0)
+    /// The copy as the double buffer takes it: borrowed, so a call that does not keep the chunks clones none.
+    pub(crate) fn as_copy(&self) -> CopyRef<'_> {
+        CopyRef {
+            src: &self.src,
+            dst: &self.dst,
+            src_offset: self.src_offset,
+            dst_offset: self.dst_offset,
+            len: self.len,
+            // 0, as the driver's argument, is no prefetch.
+            prefetch: self.prefetch.filter(|&addr| addr != 0),
+        }
     }
+}
+
+/// A copy as [`NeuronDevice::memcpy_mc_async`] and the [`Transfer`] calls hand it to the double buffer:
+/// chunks borrowed, windows, and the user range to fault in once it is staged.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CopyRef<'a> {
+    pub src: &'a Arc<MemChunk>,
+    pub dst: &'a Arc<MemChunk>,
+    pub src_offset: u64,
+    pub dst_offset: u64,
+    pub len: u64,
+    pub prefetch: Option<u64>,
 }
 
 impl NeuronDevice {
@@ -145,7 +165,7 @@ impl NeuronDevice {
     ///
     /// As [`NeuronDevice::memcpy_mc`].
     pub fn copy(&self, t: &Transfer) -> Result<()> {
-        self.memcpy_mc_chained(t, CtxHandle::Sync).map(|_| ()).map_err(|f| f.error)
+        self.memcpy_mc_chained(t.as_copy(), CtxHandle::Sync).map(|_| ()).map_err(|f| f.error)
     }
 
     /// Starts `t` asynchronously (at most one batch, [`crate::MAX_BATCH_BYTES`]) as the first copy of a chain
@@ -174,7 +194,7 @@ impl NeuronDevice {
     ///
     /// As [`NeuronDevice::memcpy_mc_async`] with [`CtxHandle::None`].
     pub fn start(&self, t: &Transfer) -> Result<InFlight<'_>> {
-        let handle = self.memcpy_mc_chained(t, CtxHandle::None).map_err(|f| f.error)?;
+        let handle = self.memcpy_mc_chained(t.as_copy(), CtxHandle::None).map_err(|f| f.error)?;
         Ok(InFlight { dev: self, nc: t.nc(), handle: Some(handle) })
     }
 }
@@ -283,7 +303,7 @@ impl<'d> InFlight<'d> {
             self.wait()?;
             return dev.start(next);
         }
-        let r = self.dev.memcpy_mc_chained(next, prev);
+        let r = self.dev.memcpy_mc_chained(next.as_copy(), prev);
         match r {
             Ok(handle) => {
                 self.handle = None;
