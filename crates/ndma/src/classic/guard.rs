@@ -176,20 +176,32 @@ impl<'a> RingGuard<'a> {
             in_flight = again.len(),
             "H2T ring re-initialised after a failed copy; re-staging the other copies in flight"
         );
+        if let Err(e) = self.restage(&again) {
+            tracing::error!(nc = self.ring.nc, "a copy in flight could not be re-staged: {e}");
+        }
+    }
+
+    /// Stages `again` anew, in order, after a re-initialisation (each counted in `replays`). If one fails,
+    /// the ring is quiesced and every copy not staged again is aborted: nothing of it is in flight any more,
+    /// and it must not read as done.
+    ///
+    /// # Errors
+    ///
+    /// The failed staging's.
+    pub(super) fn restage(&mut self, again: &[usize]) -> Result<()> {
         for (k, &slot) in again.iter().enumerate() {
             if let Err(e) = self.stage(slot) {
-                tracing::error!(nc = self.ring.nc, "a copy in flight could not be re-staged: {e}");
                 self.quiesce();
-                // The ones not staged again had nothing in flight any more: they must not read as done.
                 for &s in &again[k..] {
                     self.inner.contexts[s].abort();
                 }
-                return;
+                return Err(e);
             }
             // Its doorbell rang now: what the V2 reset-window check asks about.
             self.restart_clock(slot);
             self.ring.stats.add_replays(1);
         }
+        Ok(())
     }
 
     /// Abandons whatever is in flight and re-initialises the queue: afterwards the engine holds no

@@ -128,12 +128,6 @@ impl RingGuard<'_> {
     fn replay_in_flight(&mut self, wait_slot: usize) -> Result<()> {
         let again = self.reinit_in_flight(&[], Some(wait_slot));
         self.ring.stats.add_retries(1);
-        for slot in again {
-            self.stage(slot)?;
-            // Its doorbell rang now: what the reset-window check asks about.
-            self.restart_clock(slot);
-            self.ring.stats.add_replays(1);
-        }
-        Ok(())
+        self.restage(&again)
     }
 }
