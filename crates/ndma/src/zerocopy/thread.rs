@@ -72,8 +72,7 @@ impl CompletionThread {
         if h.is_some() {
             return Ok(());
         }
-        // Acquire: pairs with `stop`'s Release (read under the handle lock `stop` takes after setting it).
-        if self.shared.stop.load(Ordering::Acquire) {
+        if self.is_stopped() {
             return Err(NdmaError::CompletionThreadStopped { device: dev.index() });
         }
         let weak = dev.self_ref();
