@@ -515,17 +515,26 @@ fn late_chain<K>(
     check(model, result, kept);
 }
 
+/// Two host pages holding 0x11 and 0x22 and a device page holding 0xee.
+fn three_pages(
+    dev: &ndma::NeuronDevice,
+    emu: &ndma_emu::EmuDevice,
+) -> (Arc<ndma::MemChunk>, Arc<ndma::MemChunk>, Arc<ndma::MemChunk>) {
+    let page = |host, byte| {
+        let c = alloc(dev, host, 4096, 0).unwrap();
+        fill_chunk(emu, &c, 0, 4096, byte).unwrap();
+        c
+    };
+    (page(true, 0x11), page(true, 0x22), page(false, 0xee))
+}
+
 /// Both copies write one destination: the later one's bytes must stay. The V2 replay ran copy 1 again after
 /// copy 2, completed in place, and the destination held copy 1's bytes.
 #[test]
 fn a_late_marker_in_a_reset_window_does_not_rerun_the_waited_copy_after_a_later_one() {
     late_chain(
         |dev, emu| {
-            let (s1, s2) = (alloc(dev, true, 4096, 0).unwrap(), alloc(dev, true, 4096, 0).unwrap());
-            let d = alloc(dev, false, 4096, 0).unwrap();
-            fill_chunk(emu, &s1, 0, 4096, 0x11).unwrap();
-            fill_chunk(emu, &s2, 0, 4096, 0x22).unwrap();
-            fill_chunk(emu, &d, 0, 4096, 0xee).unwrap();
+            let (s1, s2, d) = three_pages(dev, emu);
             (Transfer::new(&s1, &d, 4096), Transfer::new(&s2, &d, 4096), Arc::clone(&d))
         },
         |emu, r, d| {
@@ -541,11 +550,7 @@ fn a_late_marker_in_a_reset_window_does_not_rerun_the_waited_copy_after_a_later_
 fn a_late_marker_in_a_reset_window_does_not_rerun_a_copy_whose_source_a_later_one_refilled() {
     late_chain(
         |dev, emu| {
-            let (a, c) = (alloc(dev, true, 4096, 0).unwrap(), alloc(dev, true, 4096, 0).unwrap());
-            let b = alloc(dev, false, 4096, 0).unwrap();
-            fill_chunk(emu, &a, 0, 4096, 0x11).unwrap();
-            fill_chunk(emu, &c, 0, 4096, 0x22).unwrap();
-            fill_chunk(emu, &b, 0, 4096, 0xee).unwrap();
+            let (a, c, b) = three_pages(dev, emu);
             (Transfer::new(&a, &b, 4096), Transfer::new(&c, &a, 4096), (Arc::clone(&a), Arc::clone(&b)))
         },
         |emu, r, (a, b)| {
