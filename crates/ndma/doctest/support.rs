@@ -91,21 +91,3 @@ impl User {
         out
     }
 }
-
-/// `n` completions from `cq`, yielding while none is posted; a lost completion fails (after a bounded number of
-/// tries, not a time).
-pub fn take(cq: &ndma::zerocopy::CqConsumer, n: usize) -> Vec<ndma::zerocopy::CqEntry> {
-    let mut got = Vec::new();
-    let mut tries = 0u64;
-    while got.len() < n {
-        match cq.pop() {
-            Some(e) => got.push(e),
-            None => {
-                tries += 1;
-                assert!(tries < 50_000_000, "completions lost: {} of {n}", got.len());
-                std::thread::yield_now();
-            }
-        }
-    }
-    got
-}
