@@ -303,7 +303,11 @@ impl NeuronDevice {
     }
 
     pub(crate) fn ring(&self, nc: u32) -> Result<&H2tRing> {
-        self.h2t_ring(nc)?.ok_or(NdmaError::NoH2tRing { nc })
+        // Not `ok_or`: that would build (and drop) the error on every call (see `classic::checked_end`).
+        match self.h2t_ring(nc)? {
+            Some(ring) => Ok(ring),
+            None => Err(NdmaError::NoH2tRing { nc }),
+        }
     }
 
     /// `(engine, queue)` of NC `nc`'s H2T ring (example on [`NeuronDevice`]).

@@ -236,7 +236,9 @@ impl NeuronDevice {
         if size > MAX_BATCH_BYTES {
             return Err(refused(NdmaError::AsyncTooLarge { size, max: MAX_BATCH_BYTES }));
         }
-        let cur_slot = cur.slot().ok_or(NdmaError::InvalidHandle(cur.raw())).map_err(refused)?;
+        let Some(cur_slot) = cur.slot() else {
+            return Err(refused(NdmaError::InvalidHandle(cur.raw())));
+        };
         let _span = tracing::debug_span!("memcpy_async", nc, size, prev = prev.raw(), cur = cur.raw()).entered();
         let mut g = RingGuard::lock(self, ring);
         let prev_slot = prev.slot();

@@ -37,7 +37,12 @@ impl Moves {
 }
 
 fn checked_end(what: &'static str, addr: u64, size: u64) -> Result<()> {
-    addr.checked_add(size).map(|_| ()).ok_or(NdmaError::OutOfRange { what, offset: addr, size, limit: u64::MAX })
+    // The error is built only on failure: `NdmaError` has drop glue, and an eager `ok_or` builds and drops
+    // one on every copy (callgrind: ~115 instructions a pipelined 4 KiB copy over the four such checks).
+    match addr.checked_add(size) {
+        Some(_) => Ok(()),
+        None => Err(NdmaError::OutOfRange { what, offset: addr, size, limit: u64::MAX }),
+    }
 }
 
 impl NeuronDevice {
