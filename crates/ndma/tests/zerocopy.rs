@@ -197,6 +197,14 @@ fn the_gates_refuse_before_anything_is_queued() {
         dev.zerocopy_submit(0, &far, &mc, 0, -1, true, 0, 0),
         Err(NdmaError::OutOfRange { what: "zero-copy device window", .. })
     ));
+    // A request without ops still has its window's start checked (it would be the base of every op).
+    for offset in [8193, u64::MAX] {
+        assert_eq!(
+            dev.zerocopy_submit(0, &[], &mc, offset, -1, true, 0, 0),
+            Err(NdmaError::OutOfRange { what: "zero-copy device window", offset, size: 0, limit: 8192 })
+        );
+    }
+    dev.zerocopy_submit(0, &[], &mc, 8192, -1, true, 0, 0).expect("an empty window at the chunk's end");
     // A device chunk from a pool of its own names HBM the device's own chunks hold.
     let pool = ndma::memory::MemPool::new(mc.pa(), 1 << 20, Arch::V2.pci_host_base()).unwrap();
     let foreign = pool.alloc_device(8192, 0).unwrap();
@@ -702,6 +710,24 @@ fn a_sync_request_over_the_pin_budget_makes_room_from_its_own_pieces() {
         assert_eq!((pins.pinned_pages, pins.remote_calls), (pages, 0), "{exec:?}: every page pinned once, locally");
         z.assert_no_leaks("sync over the budget");
     }
+}
+
+/// A pin budget below a piece's pages: a sync request that cannot pin its piece and has nothing to retire
+/// fails with `QueueFull` (-EBUSY) rather than waiting forever, and leaves nothing behind.
+#[test]
+fn a_sync_request_whose_piece_exceeds_the_pin_budget_fails_ebusy() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let (va, _, mc) = z.source_and_target(2, 34);
+    dev.set_zerocopy_pin_budget(1);
+    let op = BatchOp { offset: 0, size: 2 * PAGE, buffer: va };
+    assert_eq!(dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0), Err(NdmaError::QueueFull { nc: 0 }));
+    assert_eq!(NdmaError::QueueFull { nc: 0 }.errno(), -16);
+    assert_eq!(z.mm.pin_stats().pinned_pages, 0, "nothing was pinned");
+    z.assert_no_leaks("a piece over the budget");
+    dev.set_zerocopy_pin_budget(2);
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).expect("fits once the budget is raised");
+    z.assert_no_leaks("after the budget was raised");
 }
 
 /// A sync request queued behind an async request whose pieces wait for pin budget moves them first: it pins,

@@ -83,7 +83,10 @@ impl NeuronDevice {
 
     /// Sets the zero-copy pin budget of every ring (`NDMA_CTX_QUEUE_MAX_PINNED_PAGES`, 524288 pages by default):
     /// async pieces beyond it are queued unpinned and pinned later by the completion thread; a sync submit
-    /// waits. A tuning and test knob: the driver's value is a constant.
+    /// waits. A tuning and test knob: the driver's value is a constant. A piece takes up to 64 pages
+    /// (`NDMA_ZC_PAGES_PER_XFER`); below that a larger piece never fits: async pieces stay queued unpinned
+    /// until the budget is raised (0 holds every async piece back), and a sync request fails with
+    /// [`NdmaError::QueueFull`](crate::NdmaError::QueueFull) once it has nothing left to retire.
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }

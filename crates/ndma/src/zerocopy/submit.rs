@@ -75,11 +75,15 @@ impl NeuronDevice {
     ///
     /// Before anything is queued: [`NdmaError::NotOwner`] (`-ENOENT`) for a queue the NC does not own,
     /// [`NdmaError::ZeroCopyUnsupported`] (`-EINVAL`, V2 without the override),
-    /// [`NdmaError::AsyncZeroCopyUnsupported`] (`-EINVAL`, async on V2), [`NdmaError::OutOfRange`] for an op
-    /// outside `mc` or overflowing, [`NdmaError::NoAddressSpace`] (`-EFAULT`),
+    /// [`NdmaError::AsyncZeroCopyUnsupported`] (`-EINVAL`, async on V2), [`NdmaError::ForeignChunk`]
+    /// (`-EINVAL`) for a chunk of another device's pool, [`NdmaError::OutOfRange`] for a window (`mc_offset`,
+    /// or an op) outside `mc` or overflowing, [`NdmaError::NoAddressSpace`] (`-EFAULT`),
+    /// [`NdmaError::Thread`] (`-ENOMEM`, async) when the completion thread cannot be started,
     /// [`NdmaError::CompletionBacklogFull`] (`-EBUSY`, async, when nobody consumes the completions),
     /// [`NdmaError::CompletionThreadStopped`] (`-ENODEV`, async on a device kept past its system). Then:
-    /// [`NdmaError::QueueFull`] (`-EBUSY`, async), pin errors ([`NdmaError::Pin`]), and for a sync request the
+    /// [`NdmaError::QueueFull`] (`-EBUSY`: async, when the context queue is full; sync, when a piece cannot be
+    /// pinned with nothing left to retire — a pin budget below the piece's pages,
+    /// [`NeuronDevice::set_zerocopy_pin_budget`]), pin errors ([`NdmaError::Pin`]), and for a sync request the
     /// waits' errors. On any error the request's queued pieces are drained (waited for if submitted,
     /// unpinned); other requests' pieces are untouched, also those of a request with the same sequence number
     /// (the driver drains the whole queue).
@@ -132,6 +136,8 @@ impl NeuronDevice {
         let is_async = sequence_num != 0;
         let bit = self.zc_bit(ring, is_async)?;
         self.check_own_chunk("zero-copy device chunk", mc)?;
+        // The window's start on its own, so that a request without ops is checked too (`base` below).
+        mc.check_range("zero-copy device window", mc_offset, 0)?;
         for op in ops {
             let off = mc_offset.checked_add(op.offset).ok_or(NdmaError::OutOfRange {
                 what: "zero-copy device offset",
