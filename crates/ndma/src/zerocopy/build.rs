@@ -35,7 +35,9 @@ pub struct ZcPlan {
 
 /// Plans the descriptors of a piece of `size` bytes starting `first_offset` bytes into `pages` (frame
 /// addresses, 4 KiB each; an offset past the first page starts in a later one), to or from device address
-/// `dev_addr`. Bytes past the last page are not planned.
+/// `dev_addr`. Bytes past the last page are not planned. Addresses are plain 64-bit descriptor fields: a
+/// frame at the top of the address space does not run on into frame 0, and a device address past 2^64 wraps
+/// (no caller in the op layer comes near either; the planner is total so a tool may feed it anything).
 ///
 /// The barrier: reads (device → host) need none, because the in-order S2M completion write follows the data.
 /// Writes (host → device) put HBM data and the host completion on different fabric routes, so the last piece
@@ -83,12 +85,12 @@ pub fn plan_descriptors(
         let start = pages[i];
         let mut run = PAGE_SIZE - offset;
         i += 1;
-        while i < pages.len() && pages[i] == pages[i - 1] + PAGE_SIZE {
+        while i < pages.len() && pages[i - 1].checked_add(PAGE_SIZE) == Some(pages[i]) {
             run += PAGE_SIZE;
             i += 1;
         }
         runs += 1;
-        let mut at = (start + offset) | host;
+        let mut at = start.wrapping_add(offset) | host;
         offset = 0;
         while run > 0 && remaining > 0 {
             let len = remaining.min(run).min(u64::from(MAX_DMA_DESC_SIZE));
@@ -97,8 +99,8 @@ pub fn plan_descriptors(
             let barrier =
                 if arch == Arch::V2 && fenced && remaining == 0 { Barrier::WriteBarrier } else { Barrier::None };
             data.push(ZcDesc { src, dst, len: len as u32, barrier });
-            at += len;
-            dev += len;
+            at = at.wrapping_add(len);
+            dev = dev.wrapping_add(len);
             run -= len;
         }
     }
@@ -122,6 +124,17 @@ mod tests {
         assert_eq!((past.data, past.runs), (vec![], 0), "past every page: nothing to plan");
         let far = plan_descriptors(Arch::V3, &frames, u64::MAX, 100, 0x10, true, false);
         assert!(far.data.is_empty());
+    }
+
+    #[test]
+    fn addresses_at_the_top_of_the_address_space_neither_panic_nor_merge_across_it() {
+        let top = u64::MAX - (PAGE_SIZE - 1);
+        let plan = plan_descriptors(Arch::V3, &[top, 0], 0, 2 * PAGE_SIZE, u64::MAX - 100, false, false);
+        let want = [
+            ZcDesc { src: u64::MAX - 100, dst: top | HOST_V3, len: 4096, barrier: Barrier::None },
+            ZcDesc { src: 4096 - 101, dst: HOST_V3, len: 4096, barrier: Barrier::None },
+        ];
+        assert_eq!((plan.data.as_slice(), plan.runs), (&want[..], 2), "the top frame does not run on into 0");
     }
 
     #[test]
