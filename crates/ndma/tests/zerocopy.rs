@@ -923,6 +923,9 @@ fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
     let pages = 300;
     let va = z.map(pages, Placement::Runs { k: 7, seed: 3 });
     let mc = alloc(dev, false, pages as u64 * PAGE, 0).unwrap();
+    // A range of ~2^52 pages: its page array cannot be allocated, which is -ENOMEM, not an abort.
+    let huge = u64::MAX - va;
+    assert_eq!(z.tb.system.pin_host_memory(va, huge), Err(NdmaError::Pin { va, errno: -12 }));
     assert_eq!(z.tb.system.pin_host_memory(va + 10, pages as u64 * PAGE - 10), Ok(None), "not contiguous");
     assert_eq!(
         z.tb.system.pin_host_memory(va + PAGE, 10),

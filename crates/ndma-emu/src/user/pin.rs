@@ -127,7 +127,9 @@ impl AddressSpace {
         }
         let mut table = self.host().frames().lock();
         let first = va / PAGE;
-        pages.reserve(limit);
+        if pages.try_reserve(limit).is_err() {
+            return fail(va, -libc::ENOMEM);
+        }
         // One walk over the mapped pages of the range; it stops at a hole (a page number skipped) or at a write
         // pin of a read-only page.
         let mut got = 0u64;

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use super::prepinned::PinnedRange;
 use crate::{NdmaError, Result, UserMm};
 
-/// `-ENOMEM`: a pin that got some pages but not all.
+/// `-ENOMEM`: a pin that got some pages but not all, or a page array that could not be allocated.
 const ENOMEM: i32 = -udma::errno::ENOMEM;
 
 /// The pinned pages of one piece: frame physical addresses, one per page.
@@ -78,9 +78,9 @@ impl Drop for Pinned {
 /// # Errors
 ///
 /// [`NdmaError::Pin`] with the errno of the first page that could not be pinned, or `-ENOMEM` when the slow
-/// path pinned only part (which it unpins first).
+/// path pinned only part (which it unpins first) or when the page array cannot be allocated.
 pub(crate) fn pin_local(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool) -> Result<Pinned> {
-    let mut pages = Vec::with_capacity(n);
+    let mut pages = page_array(va, n)?;
     match mm.pin_pages_fast(va, n, device_writes, &mut pages) {
         Ok(got) if got == n && pages.len() == n => return Ok(owned(mm, pages, device_writes)),
         // A short (or failed) fast pin: give back what it got, then take the slow path.
@@ -99,7 +99,15 @@ pub(crate) fn pin_local(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: 
 ///
 /// As [`pin_local`].
 pub(crate) fn pin_remote(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool) -> Result<Pinned> {
-    pin_slow(mm, va, n, device_writes, Vec::with_capacity(n))
+    pin_slow(mm, va, n, device_writes, page_array(va, n)?)
+}
+
+/// The array the pinned pages' addresses go to, as the driver allocates it before pinning: an allocation
+/// failure (a range of 2^50 pages, say) is `-ENOMEM`, not an abort.
+fn page_array(va: u64, n: usize) -> Result<Vec<u64>> {
+    let mut pages = Vec::new();
+    pages.try_reserve_exact(n).map_err(|_| NdmaError::Pin { va, errno: ENOMEM })?;
+    Ok(pages)
 }
 
 fn pin_slow(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool, mut pages: Vec<u64>) -> Result<Pinned> {
