@@ -232,8 +232,10 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
+    /// [`NdmaError::InvalidNc`] for an NC the device does not have (its copies would select no ring),
     /// [`NdmaError::NoMemory`].
     pub fn alloc_host(&self, size: u64, nc: u32) -> Result<Arc<MemChunk>> {
+        self.h2t_ring(nc)?;
         self.pool.alloc_host(&*self.platform, size, nc)
     }
 
@@ -256,13 +258,16 @@ impl NeuronDevice {
     /// drop(mc);
     /// assert_eq!(dev.alloc_device(4096, 0)?.pa(), pa, "freed and handed out again");
     /// assert_eq!(dev.alloc_device(1 << 40, 0).unwrap_err(), NdmaError::NoMemory { what: "device", size: 1 << 40 });
+    /// assert_eq!(dev.alloc_device(4096, 7).unwrap_err(), NdmaError::InvalidNc { nc: 7, ncs: 2 });
     /// # Ok::<(), NdmaError>(())
     /// ```
     ///
     /// # Errors
     ///
+    /// [`NdmaError::InvalidNc`] for an NC the device does not have (its copies would select no ring),
     /// [`NdmaError::NoMemory`].
     pub fn alloc_device(&self, size: u64, nc: u32) -> Result<Arc<MemChunk>> {
+        self.h2t_ring(nc)?;
         self.pool.alloc_device(size, nc)
     }
 
@@ -314,7 +319,8 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::InvalidNc`].
+    /// [`NdmaError::InvalidNc`] for an NC the device does not have, [`NdmaError::NoH2tRing`] for one that was
+    /// not brought up.
     pub fn h2t_queue(&self, nc: u32) -> Result<(u32, u32)> {
         self.ring(nc).map(|r| (r.eng_id, r.qid))
     }
@@ -336,7 +342,8 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::InvalidNc`].
+    /// [`NdmaError::InvalidNc`] for an NC the device does not have, [`NdmaError::NoH2tRing`] for one that was
+    /// not brought up.
     pub fn ring_stats(&self, nc: u32) -> Result<StatsSnapshot> {
         self.ring(nc).map(|r| r.stats.snapshot())
     }
@@ -361,7 +368,8 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::InvalidNc`].
+    /// [`NdmaError::InvalidNc`] for an NC the device does not have, [`NdmaError::NoH2tRing`] for one that was
+    /// not brought up.
     pub fn ring_descriptors(&self, nc: u32) -> Result<Vec<(udma::Desc, udma::Desc)>> {
         let ring = self.ring(nc)?;
         let inner = ring.lock();

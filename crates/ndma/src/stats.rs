@@ -106,9 +106,9 @@ macro_rules! counters {
         }
 
         impl StatsSnapshot {
-            /// Field-wise sum (example on [`StatsSnapshot`]).
+            /// Field-wise sum, wrapping like the counters themselves (example on [`StatsSnapshot`]).
             pub fn merged(mut self, other: &StatsSnapshot) -> StatsSnapshot {
-                $(self.$field += other.$field;)*
+                $(self.$field = self.$field.wrapping_add(other.$field);)*
                 self
             }
 

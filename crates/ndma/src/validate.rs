@@ -94,8 +94,10 @@ impl NeuronDevice {
     ///
     /// [`NdmaError::InvalidQueueType`] (`-1`) for a type other than TX/RX, [`NdmaError::PartialDescriptor`]
     /// for a size that is not a multiple of 16, [`NdmaError::OutOfRange`], and
-    /// [`NdmaError::InvalidDescriptorAddress`] for the first descriptor that fails validation. Nothing is
-    /// copied on error.
+    /// [`NdmaError::InvalidDescriptorAddress`] for the first descriptor that fails validation,
+    /// [`NdmaError::ForeignChunk`] for a destination of another device's pool; for a device destination, the
+    /// bounce copy's errors ([`NeuronDevice::memcpy_buf_to_mc`]: no memory for the bounce buffer, the wait's
+    /// errors). Nothing is copied on a refusal; a failed bounce copy may have written part of the window.
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
@@ -151,6 +153,10 @@ impl NeuronDevice {
                 limit: buf.len() as u64,
             })?;
         dst_mc.check_range("descriptor destination", dst_off, size)?;
+        if !dst_mc.is_host() {
+            // The bounce copy's own refusals, before anything is validated or copied.
+            self.check_own_chunk("descriptor destination", dst_mc)?;
+        }
         for index in 0..window.len() / 16 {
             let at = index * 16;
             let desc = Desc::read_from_bytes(&window[at..at + 16]).map_err(|_| NdmaError::PartialDescriptor(size))?;

@@ -115,6 +115,13 @@ fn copy_descriptors_validates_every_pa_before_copying_anything() {
         assert_eq!(NdmaError::InvalidQueueType(2).errno(), -1);
         assert_eq!(dev.copy_descriptors(&ring, 0, &dst, 0, 15, 0), Err(NdmaError::PartialDescriptor(15)));
         assert!(matches!(dev.copy_descriptors(&ring, 8, &dst, 0, 16, 0), Err(NdmaError::OutOfRange { .. })));
+        // A device destination the bounce copy could not reach is refused before anything is validated.
+        let pool = ndma::memory::MemPool::new(1 << 40, 1 << 20, arch.pci_host_base()).unwrap();
+        let foreign = pool.alloc_device(64, 0).unwrap();
+        assert_eq!(
+            dev.copy_descriptors(&tx_ring(&[bogus_host]), 0, &foreign, 0, 16, 0),
+            Err(NdmaError::ForeignChunk { what: "descriptor destination" })
+        );
         // A host buffer stops being valid once no process is attached.
         dev.detach_process(100);
         let ring = tx_ring(&[good_host]);
