@@ -139,6 +139,15 @@ impl<T> std::ops::Deref for CacheAligned<T> {
     }
 }
 
+/// What the worker's turn ([`Engine::run_unless_busy`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WorkerRun {
+    /// It executed at least one batch.
+    pub ran: bool,
+    /// It stopped because another thread held the exec lock: whatever it was rung for may still be pending.
+    pub blocked: bool,
+}
+
 /// What a waiting CPU thread found when it offered to execute an engine's pending work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Assist {
@@ -400,18 +409,20 @@ impl Engine {
 
     /// The worker's turn: executes until idle (or `stop()`), like [`Engine::run_until_idle_or_stopped`], but
     /// never sleeps on the exec lock. If another thread holds it — most often a waiter executing the work it
-    /// waits for — the worker leaves the work to it: that thread runs until idle, or stops early and rings
-    /// the worker ([`Engine::assist`]). A worker asleep on the lock would cost the holder a wake-up system
-    /// call as it releases (on a small virtual machine an inter-processor interrupt: tens of µs, measured to
-    /// halve the throughput of 1 MiB sync copies). Returns whether it executed anything.
-    pub(crate) fn run_unless_busy(&self, dev: &DeviceCore, stop: &dyn Fn() -> bool) -> bool {
+    /// waits for, which runs until idle — the worker leaves the work to it for now and says so
+    /// ([`WorkerRun::blocked`]): the holder may also be one that executes nothing (a queue reset, a settle, a
+    /// statistics read), so the worker must look again rather than sleep. A worker asleep on the lock would
+    /// cost the holder a wake-up system call as it releases (on a small virtual machine an inter-processor
+    /// interrupt: tens of µs, measured to halve the throughput of 1 MiB sync copies).
+    pub(crate) fn run_unless_busy(&self, dev: &DeviceCore, stop: &dyn Fn() -> bool) -> WorkerRun {
         let mut ran = false;
         while !stop() {
             let exec = match self.exec.try_lock() {
                 Ok(g) => g,
                 Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                // The holder settles when it runs out of work, or rings us if it stops before.
-                Err(TryLockError::WouldBlock) => return ran,
+                // Not necessarily an executor: a reset, a settle or a statistics read holds the lock too, and
+                // lets go without running what we were rung for. The worker looks again (see `WorkerRun`).
+                Err(TryLockError::WouldBlock) => return WorkerRun { ran, blocked: true },
             };
             if self.step(dev, exec) == Step::Idle {
                 break;
@@ -424,7 +435,7 @@ impl Engine {
                 self.drain(dev, &mut exec);
             }
         }
-        ran
+        WorkerRun { ran, blocked: false }
     }
 
     /// A CPU thread waiting in the platform's delay offers to execute this engine's work. If nobody is
@@ -449,7 +460,8 @@ impl Engine {
             ran = true;
             if done() {
                 // Not idle: no settling; whoever runs the rest settles. A worker that found the lock held
-                // left the rest to us: hand it back. (Work rung in after the batch retired woke it itself.)
+                // left the rest to us: hand it back now rather than at its next look. (Work rung in after the
+                // batch retired woke it itself; if it found the lock still held, it looks again after a nap.)
                 if dev.exec == ExecPolicy::Threaded && more {
                     self.signal.ring();
                 }

@@ -31,6 +31,10 @@ pub struct EngineStats {
     /// threads do not execute work (`EmuPlatform::set_assist`). Counted before `worker_runs`, so a snapshot
     /// that sees a run also sees whether it spun.
     pub worker_spins: u64,
+    /// Times the worker, rung for work, found the engine's exec lock held by another thread and looked again
+    /// after a nap instead of sleeping: the holder may be executing (it runs until idle), or only resetting a
+    /// queue or reading the engine's state, and then nobody else would execute the work.
+    pub worker_blocked: u64,
     /// Times work reached a queue while a reset of the NeuronCore owning it was in progress, and the queue
     /// hung instead of running it (the V2 bug; see [`crate::EmuDevice::reset_nc`]).
     pub reset_hangs: u64,
@@ -51,6 +55,7 @@ impl EngineStats {
             throttled_ns: self.throttled_ns.wrapping_sub(earlier.throttled_ns),
             worker_runs: self.worker_runs.wrapping_sub(earlier.worker_runs),
             worker_spins: self.worker_spins.wrapping_sub(earlier.worker_spins),
+            worker_blocked: self.worker_blocked.wrapping_sub(earlier.worker_blocked),
             reset_hangs: self.reset_hangs.wrapping_sub(earlier.reset_hangs),
         }
     }
@@ -72,6 +77,7 @@ pub(crate) struct EngineCounters {
     /// Written by the worker thread only (program order: `worker_spins`, then `worker_runs` with Release).
     pub(crate) worker_runs: AtomicU64,
     pub(crate) worker_spins: AtomicU64,
+    pub(crate) worker_blocked: AtomicU64,
     pub(crate) reset_hangs: AtomicU64,
 }
 
@@ -107,6 +113,7 @@ impl EngineCounters {
         EngineStats {
             worker_runs,
             worker_spins: get(&self.worker_spins),
+            worker_blocked: get(&self.worker_blocked),
             descriptors: get(&self.descriptors),
             bytes: get(&self.bytes),
             doorbells: get(&self.doorbells),

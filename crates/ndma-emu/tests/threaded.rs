@@ -185,3 +185,39 @@ fn the_worker_spins_after_a_batch_only_when_waiters_do_not_execute_work() {
         }
     }
 }
+
+/// A thread reading `posted_writes` (a statistics read that holds the engine's exec lock for a moment and
+/// executes nothing) while a rig copies, polling its marker without the platform's assist: a doorbell whose
+/// worker finds the lock held by the reader must still be executed. The worker used to leave the work to the
+/// "executor" and park, and the copy never completed.
+#[test]
+fn reading_posted_writes_never_strands_a_doorbell() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let mut rig = Rig::new(Arch::V3, ExecPolicy::Threaded, OrderingMode::Strict);
+    let (_src, dst, s) = rig.page_pair();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (dev, stop, eng) = (Arc::clone(&rig.dev), Arc::clone(&stop), rig.eng);
+        thread::spawn(move || {
+            // Relaxed: the flag only ends the loop.
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::black_box(dev.posted_writes(eng));
+            }
+        })
+    };
+    let mut stranded = None;
+    for i in 0..2000 {
+        let n = rig.stage(s, dst.pa, 64, Barrier::WriteBarrier) + 1;
+        rig.stage_marker();
+        rig.q.copy_start(&*rig.dev, n, n).unwrap();
+        if !rig.poll_marker() {
+            stranded = Some((i, rig.dev.pending(rig.eng, 0, Direction::Tx)));
+            break;
+        }
+        rig.q.ack(n);
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+    assert_eq!(stranded, None, "(copy, descriptors still pending)");
+}
