@@ -220,8 +220,8 @@ pub struct FaultsArgs {
     /// NeuronCore whose H2T ring the scenario uses.
     #[arg(long, default_value_t = 0)]
     pub nc: u32,
-    /// Length of the NeuronCore reset, in jiffies (ms), for `reset-window`.
-    #[arg(long, default_value_t = 100)]
+    /// Length of the NeuronCore reset, in jiffies (ms), for `reset-window`: 1 to 3,600,000 (an hour).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub reset_ms: u64,
     /// Where the JSON report goes (`--json`).
     #[command(flatten)]

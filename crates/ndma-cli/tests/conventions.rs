@@ -221,6 +221,18 @@ fn exit_codes_per_failure_class() {
     assert_eq!(code(&["-q", "-v", "inspect", "--size", "4K"]), Some(2));
     assert_eq!(code(&["--instance", "p4d.24xlarge", "inspect", "--size", "4K"]), Some(2));
     assert_eq!(code(&["copy", "--dir", "h2d", "--size", "4K", "--async", "0"]), Some(2));
+    // `trace` refuses it the same way (it used to run nothing and report the untouched bytes as exit 3).
+    let nowhere = std::env::temp_dir().join(format!("ndma-trace-async0-{}.json", std::process::id()));
+    assert_eq!(code(&["trace", "--async", "0", "--out", nowhere.to_str().expect("utf-8")]), Some(2));
+    assert!(!nowhere.exists(), "refused before any work");
+    // Numbers the model cannot represent are refused, not overflowed (each was a panic, exit 101).
+    for ms in ["0", "3600001", "18446744073709551615"] {
+        assert_eq!(code(&["faults", "reset-window", "--reset-ms", ms]), Some(2), "--reset-ms {ms}");
+    }
+    let huge = ["inspect", "--zerocopy", "--size", "18446744073709551615", "--offset", "1"];
+    let o = run(&huge);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("--size must be 1 ..= 262143 bytes at page offset 1"), "{}", text(&o.stderr));
     // DMA error (1), with the errno in the message.
     let o = run(&["inspect", "--size", "4K", "--nc", "7"]);
     assert_eq!(o.status.code(), Some(1));

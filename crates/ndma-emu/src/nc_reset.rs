@@ -95,7 +95,8 @@ impl NcResets {
             self.unsettled.fetch_add(1, Ordering::Release);
         }
         t.start = now;
-        t.finishes_at = Some(now + duration.max(1));
+        // Saturating: a reset longer than the jiffies counter can reach simply never ends.
+        t.finishes_at = Some(now.saturating_add(duration.max(1)));
         self.debug_check(&ncs);
         true
     }

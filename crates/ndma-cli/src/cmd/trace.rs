@@ -19,6 +19,9 @@ use ndma_emu::test_utils::{Window, GUARD};
 ///
 /// Set-up, copy or verification failures, or the output file not being writable.
 pub fn run(opts: BedOpts, a: &TraceArgs) -> CliResult {
+    if a.async_count == Some(0) {
+        return Err(CliError::Usage("--async needs at least one copy".into()));
+    }
     let timeline = installed().ok_or_else(|| CliError::Usage("the trace recorder is not installed".into()))?;
     let tb = testbed(opts, ExecPolicy::Threaded)?;
     let (dev, emu) = tb.device(0);

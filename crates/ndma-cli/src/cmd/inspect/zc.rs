@@ -182,7 +182,7 @@ fn piece_on(instance: Instance, opts: BedOpts, a: &InspectArgs, dir: UserDir, ou
     let override_on = enable_override(dev, out);
     let (engine, queue) = dev.h2t_queue(a.nc).op_ctx(|| "choosing the H2T ring")?;
     let proc = Process::enter(tb.emu.host(), PID);
-    let w = UserWindow::new(dev, emu, &proc.mm, dir, a.size_bytes(), a.offset, a.layout, SEED, &[], a.nc)?;
+    let w = UserWindow::new(dev, emu, &proc.mm, dir, a.size_bytes(), a.offset % PAGE_SIZE, a.layout, SEED, &[], a.nc)?;
     let what = format!("{} zero-copy piece of {} bytes on {}", dir.name(), a.size_bytes(), instance.name);
     let op = w.op(0..a.size_bytes());
     dev.zerocopy_submit(a.nc, &[op], &w.mc, 0, NEURON_DMA_H2T_DEFAULT_QID, dir.to_device(), 0, 0)
@@ -299,7 +299,7 @@ pub fn run(opts: BedOpts, a: &InspectArgs, instance_given: bool) -> CliResult {
         }
     };
     let page_offset = a.offset % PAGE_SIZE;
-    if a.size_bytes() == 0 || a.size_bytes() + page_offset > PIECE_BYTES {
+    if a.size_bytes() == 0 || a.size_bytes() > PIECE_BYTES - page_offset {
         return Err(CliError::Usage(format!(
             "--zerocopy shows one piece: --size must be 1 ..= {} bytes at page offset {page_offset} (a piece pins at \
              most 64 pages)",
