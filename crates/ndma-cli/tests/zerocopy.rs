@@ -130,6 +130,31 @@ fn async_requests_on_v3_complete_once_each_in_order_and_unpin_dirty() {
     assert_eq!(v["leak_check"], clean_leak_check());
 }
 
+/// More pieces than a context queue holds (2 requests × 1000 one-piece ops > 1023), and more requests than
+/// the completion queue and its backlog hold together (2100 > 2 × 1024): the command keeps its completion
+/// queue drained and submits a request only when the context queue can take all of it, so no request is
+/// refused halfway (which the op layer drains and fences, and which the plan's counts used to call a
+/// verification failure, exit 3) and no submit meets a full backlog (-EBUSY, exit 1).
+#[test]
+fn async_requests_beyond_the_context_and_completion_queues_complete_exactly_as_planned() {
+    let v = json_of(
+        &["--instance", V3, "zerocopy", "--dir", "h2d", "--size", "4M", "--requests", "2", "--ops", "1000"]
+            .iter()
+            .chain(&["--async"])
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(v["cqes"], json!([cqe(1, 0), cqe(2, 0)]));
+    assert_eq!((u(&v["pieces"]), u(&v["doorbells"])), (2000, 4000), "each piece issued once");
+    assert_eq!(v["leak_check"], clean_leak_check());
+    let v = json_of(&["--instance", V3, "zerocopy", "--dir", "d2h", "--size", "2100", "--requests", "2100", "--async"]);
+    let cqes = v["cqes"].as_array().expect("cqes");
+    assert_eq!(cqes.len(), 2100);
+    assert!(cqes.iter().zip(1..).all(|(c, seq)| *c == cqe(seq, 0)), "one completion each, in order");
+    assert_eq!(u(&v["pieces"]), 2100);
+    assert_eq!(v["leak_check"], clean_leak_check());
+}
+
 #[test]
 fn pre_pinned_transfers_pin_nothing() {
     let v = json_of(&["--instance", V3, "zerocopy", "--dir", "h2d", "--size", "1M", "--prepinned", "--requests", "2"]);

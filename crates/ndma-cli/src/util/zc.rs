@@ -331,6 +331,43 @@ pub fn take_cqes(cq: &CqConsumer, n: usize) -> CliResult<Vec<Cqe>> {
     Ok(got)
 }
 
+/// Takes every completion posted so far into `got`, without waiting.
+pub fn take_posted(cq: &CqConsumer, got: &mut Vec<Cqe>) {
+    while let Some(e) = cq.pop() {
+        got.push(Cqe::from(e));
+    }
+}
+
+/// Waits until NC `nc`'s context queue has room for a request of `pieces` pieces, taking the completions
+/// posted meanwhile into `got` — a runtime's loop: it keeps its completion queue drained, and submits a request
+/// only when the queue can take all of it. A request refused halfway (`-EBUSY` after some of its pieces were
+/// queued) would have those pieces drained and fenced by the op layer, and be repeated: correct, but not the
+/// work the command plans and counts. A request larger than the queue returns at once (its submit is refused).
+///
+/// # Errors
+///
+/// Op-layer errors; [`CliError::Verify`] when room does not come within [`WAIT_LIMIT`].
+pub fn wait_for_room(dev: &NeuronDevice, nc: u32, cq: &CqConsumer, pieces: u64, got: &mut Vec<Cqe>) -> CliResult {
+    let deadline = Instant::now() + WAIT_LIMIT;
+    loop {
+        take_posted(cq, got);
+        let s = dev.zerocopy_status(nc).op_ctx(|| "reading the zero-copy state")?;
+        let (head, _, _, tail) = s.cursors;
+        // Slots from head to tail, tombstones included: what decides whether the queue is full.
+        let used = (tail + NDMA_CTX_QUEUE_DEFAULT_CAPACITY - head) % NDMA_CTX_QUEUE_DEFAULT_CAPACITY;
+        if pieces > QUEUE_USABLE || u64::from(used) + pieces <= QUEUE_USABLE {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::Verify(format!(
+                "no room for {pieces} contexts within {} s: {s:?}",
+                WAIT_LIMIT.as_secs()
+            )));
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// Checks that `got` is exactly `want`, in order, and that nothing more is posted.
 ///
 /// # Errors
