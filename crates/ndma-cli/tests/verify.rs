@@ -368,6 +368,22 @@ fn a_short_descriptor_fuzz_finds_no_escape() {
     }
 }
 
+/// `--instance all --fuzz-descriptors N` fuzzes each arch N times, and the report names the instances that
+/// ran: it used to fuzz only the first preset's arch (V2) and still list all five.
+#[test]
+fn a_descriptor_fuzz_over_every_instance_fuzzes_each_arch_and_names_what_ran() {
+    let o = Command::new(env!("CARGO_BIN_EXE_ndma"))
+        .args(["--instance", "all", "verify", "--fuzz-descriptors", "20", "--seed", "1", "--json", "-"])
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run ndma");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(v["instances"], serde_json::json!(["trn1.2xlarge", "trn2.48xlarge"]), "the first of each arch");
+    assert_eq!(v["fuzz_descriptors"]["iterations"].as_u64(), Some(40), "{v}");
+    assert_eq!(v["operations"].as_u64(), Some(40), "{v}");
+}
+
 /// Found by the campaign (seed 3, operation 64 on trn2.48xlarge): an async host→device zero-copy request whose
 /// fourth piece fails its remote pin completes with `-EIO` while its first pieces' HBM writes are still posted
 /// (their fence is on the request's last piece, which never issues); under adversarial ordering they land

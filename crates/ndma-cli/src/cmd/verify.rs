@@ -24,7 +24,8 @@ failed (the command then exits 3)
   command              \"verify\"
   seed                 the campaign seed; replay the operation at index K with --seed S --replay K
   replay               the operation replayed (--replay), else null
-  instances            instance presets run, in order
+  instances            instance presets run, in order (a campaign stops after the first that fails; a
+                       descriptor fuzz runs the first preset of each arch)
   engines              \"threaded\" or \"inline\"
   faults               \"none\" or \"mix\"; fault_rate: share of faulted operations under mix
   big_rate             share of transfers drawn from the large sizes (batch boundary, several batches)
@@ -62,10 +63,11 @@ failed (the command then exits 3)
   elapsed_s            wall time; ops_per_sec: operations per second
   failures             the first 20 findings: index (null for end-of-run checks), instance, kind, message,
                        op (the operation as drawn), replay (the command that replays it)
-  fuzz_descriptors     with --fuzz-descriptors (else null): iterations, descriptors (written through
-                       copy_descriptors), copies (executed from accepted rings, each checked against the
-                       accepted windows), written_despite_refusal (refused rings whose chunk changed); outcomes
-                       then counts iterations: executed, engine_fault, or the refusal's kind
+  fuzz_descriptors     with --fuzz-descriptors (else null), summed over the archs fuzzed: iterations,
+                       descriptors (written through copy_descriptors), copies (executed from accepted rings,
+                       each checked against the accepted windows), written_despite_refusal (refused rings
+                       whose chunk changed); outcomes then counts iterations: executed, engine_fault, or the
+                       refusal's kind
   passed               true when nothing was found";
 
 /// `ndma verify`.
@@ -113,7 +115,8 @@ pub struct VerifyArgs {
     pub replay: Option<u64>,
     /// Instead of transfers: N iterations of random and adversarial descriptor rings written through
     /// copy_descriptors and run on an engine, counting escapes (engine accesses outside what the validation
-    /// accepted) and panics. Runs on two devices of the --instance's arch, inline engines.
+    /// accepted) and panics. Runs on two devices of the --instance's arch, inline engines (with `--instance all`:
+    /// N iterations for each arch).
     #[arg(long, value_name = "N", conflicts_with_all = ["count", "duration", "replay"])]
     pub fuzz_descriptors: Option<u64>,
     /// With --fuzz-descriptors: start at iteration K (replays iteration K with --fuzz-descriptors 1).
@@ -203,7 +206,7 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
         ..Config::new(seed, inst)
     };
     let names: Vec<String> = instances.iter().map(|i| i.name.to_string()).collect();
-    let header = Header {
+    let mut header = Header {
         seed,
         replay: a.replay,
         instances: names.clone(),
@@ -231,10 +234,10 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
         a.threads,
         match (a.replay, bound) {
             _ if a.fuzz_descriptors.is_some() => format!(
-                "descriptor fuzz: iterations {}..{} on two devices of {}",
+                "descriptor fuzz: iterations {}..{} on two devices of {} each",
                 a.fuzz_from,
                 a.fuzz_from.saturating_add(a.fuzz_descriptors.unwrap_or(0)),
-                instances[0].arch
+                fuzz_instances(&instances).iter().map(|i| i.arch.to_string()).collect::<Vec<_>>().join(" and ")
             ),
             (Some(k), _) => format!("replaying operation {k}"),
             (None, Bound::Count(n)) => format!("{n} operations per instance"),
@@ -250,34 +253,41 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
     let started = Instant::now();
     let mut total = Tally::default();
     let mut fuzz = None;
+    // The instances the report names are those that ran: one per arch for the fuzz (it is per arch), and a
+    // campaign's up to the first that failed.
+    let mut ran = Vec::new();
     if let Some(n) = a.fuzz_descriptors {
-        let inst = instances[0];
         let progress = progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let f = crate::verify::fuzz::run(seed, inst.arch, a.fuzz_from, n, |done| {
+        let mut sum = crate::verify::summary::FuzzReport::default();
+        for inst in fuzz_instances(&instances) {
+            let f = crate::verify::fuzz::run(seed, inst.arch, a.fuzz_from, n, |done| {
+                if progress {
+                    eprint!("\rndma verify: {} {done}/{n} fuzz iterations", inst.arch);
+                }
+            })?;
             if progress {
-                eprint!("\rndma verify: {done}/{n} fuzz iterations");
+                eprintln!();
             }
-        })?;
-        if progress {
-            eprintln!();
+            total.merge(f.tally(seed, inst.name));
+            sum.iterations += f.iterations;
+            sum.descriptors += f.descriptors;
+            sum.copies += f.copies;
+            sum.written_despite_refusal += f.written_despite_refusal;
+            ran.push(inst.name.to_string());
         }
-        total = f.tally(seed, inst.name);
-        fuzz = Some(crate::verify::summary::FuzzReport {
-            iterations: f.iterations,
-            descriptors: f.descriptors,
-            copies: f.copies,
-            written_despite_refusal: f.written_despite_refusal,
-        });
+        fuzz = Some(sum);
     }
     for inst in instances.into_iter().filter(|_| a.fuzz_descriptors.is_none()) {
         let which = a.replay.map_or(Selection::All, Selection::One);
         let t = campaign::run(&config(inst), which)?;
         let failed = !t.passed();
         total.merge(t);
+        ran.push(inst.name.to_string());
         if failed {
             break;
         }
     }
+    header.instances = ran;
     let mut report = Report::new(header, &total, started.elapsed().as_secs_f64());
     report.fuzz_descriptors = fuzz;
     out.text(&report.render());
@@ -314,4 +324,15 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
             + report.accounting
             + report.setup
     )))
+}
+
+/// The instances a descriptor fuzz runs on: the first of each arch (the fuzz depends on the arch alone).
+fn fuzz_instances(instances: &[Instance]) -> Vec<Instance> {
+    let mut first = Vec::<Instance>::new();
+    for &i in instances {
+        if !first.iter().any(|f| f.arch == i.arch) {
+            first.push(i);
+        }
+    }
+    first
 }

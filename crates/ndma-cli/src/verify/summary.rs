@@ -280,7 +280,7 @@ pub struct Report {
 }
 
 /// The `fuzz_descriptors` object of the JSON.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct FuzzReport {
     /// Iterations (rings pairs) run.
     pub iterations: u64,
