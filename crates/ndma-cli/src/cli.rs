@@ -443,14 +443,11 @@ pub fn run(cli: Cli) -> CliResult {
     command.output_files().into_iter().try_for_each(check_writable)?;
     let instance = cli.instance.as_deref().unwrap_or(DEFAULT_INSTANCE);
     // `verify` takes `--instance all` and chooses its own budgets.
+    let timing = if cli.driver_timing { WaitTiming::Driver } else { WaitTiming::Marker };
     if let Command::Verify(a) = &command {
-        return cmd::verify::run(instance, cli.emulation_budgets, !cli.quiet, a);
+        return cmd::verify::run(instance, cli.emulation_budgets, timing, !cli.quiet, a);
     }
-    let opts = BedOpts {
-        instance: instance_by_name(instance)?,
-        emulation_budgets: cli.emulation_budgets,
-        timing: if cli.driver_timing { WaitTiming::Driver } else { WaitTiming::Marker },
-    };
+    let opts = BedOpts { instance: instance_by_name(instance)?, emulation_budgets: cli.emulation_budgets, timing };
     match command {
         Command::Demo(a) => cmd::demo::run(opts, &a),
         Command::Inspect(a) => cmd::inspect::run(opts, &a, cli.instance.is_some()),

@@ -521,3 +521,24 @@ fn a_v2_reset_window_is_judged_by_whether_its_queue_hung() {
         Some("reset_window 5 jiffies: the queue hung in the reset window and was not replayed")
     );
 }
+
+/// `--driver-timing` reaches a campaign's testbed, its replay command and its report (it was dropped before
+/// the campaign was configured: every "--driver-timing" campaign ran with marker timing).
+#[test]
+fn driver_timing_reaches_the_testbed_the_replay_command_and_the_report() {
+    use ndma_emu::WaitTiming;
+    let mut c = config(7, TRN2_ONE, Engines::Inline, 1);
+    assert_eq!(c.testbed().expect("testbed").platform.timing(), WaitTiming::Marker);
+    c.timing = WaitTiming::Driver;
+    assert_eq!(c.testbed().expect("testbed").platform.timing(), WaitTiming::Driver);
+    let line = replay::command(&c, 3);
+    assert!(line.starts_with("ndma --driver-timing verify --seed 7 --replay 3 "), "{line}");
+    let o = Command::new(env!("CARGO_BIN_EXE_ndma"))
+        .args(["--driver-timing", "verify", "--count", "5", "--seed", "7", "--json", "-"])
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run ndma");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(v["timing"], "driver");
+}

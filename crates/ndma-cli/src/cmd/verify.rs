@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use ndma::Instance;
+use ndma_emu::WaitTiming;
 
 use crate::cli::instance_by_name;
 use crate::error::{CliError, CliResult};
@@ -30,6 +31,7 @@ failed (the command then exits 3)
   faults               \"none\" or \"mix\"; fault_rate: share of faulted operations under mix
   big_rate             share of transfers drawn from the large sizes (batch boundary, several batches)
   budgets              \"silicon\" or \"emulation\"
+  timing               marker-wait timing: \"marker\", or \"driver\" with --driver-timing
   ordering             \"adversarial\", \"relaxed\" or \"strict\"
   threads              threads issuing operations
   paths                paths drawn from: \"classic-sync\", \"async\", \"memset\", \"copy-descriptors\",
@@ -175,7 +177,7 @@ pub fn instances(name: &str) -> CliResult<Vec<Instance>> {
 ///
 /// Usage errors, set-up failures, and [`CliError::Verify`] when anything was found (after the report and the
 /// JSON are written).
-pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs) -> CliResult {
+pub fn run(instance: &str, emulation_flag: bool, timing: WaitTiming, progress: bool, a: &VerifyArgs) -> CliResult {
     // The global `--emulation-budgets` is `--budgets emulation`.
     let budgets = if emulation_flag { Budgets::Emulation } else { a.budgets };
     let instances = instances(instance)?;
@@ -203,6 +205,7 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
         budgets,
         ordering: a.ordering,
         progress,
+        timing,
         ..Config::new(seed, inst)
     };
     let names: Vec<String> = instances.iter().map(|i| i.name.to_string()).collect();
@@ -215,6 +218,7 @@ pub fn run(instance: &str, emulation_flag: bool, progress: bool, a: &VerifyArgs)
         fault_rate: a.fault_rate,
         big_rate: a.big_rate,
         budgets: budgets.name(),
+        timing: if timing == WaitTiming::Driver { "driver" } else { "marker" },
         ordering: a.ordering.name(),
         threads: a.threads as usize,
         paths: paths.clone(),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use ndma::Instance;
-use ndma_emu::{ExecPolicy, OrderingMode, Testbed, TestbedConfig};
+use ndma_emu::{ExecPolicy, OrderingMode, Testbed, TestbedConfig, WaitTiming};
 
 use super::path::PathKind;
 use crate::error::CliResult;
@@ -136,6 +136,8 @@ pub struct Config {
     pub hbm_size: Option<u64>,
     /// Host DRAM (`None`: the model's default; lazily committed).
     pub host_dram_size: Option<u64>,
+    /// How the platform times the op layer's marker waits (`--driver-timing`: the driver's timing).
+    pub timing: WaitTiming,
 }
 
 impl Config {
@@ -157,6 +159,7 @@ impl Config {
             progress: false,
             hbm_size: None,
             host_dram_size: None,
+            timing: WaitTiming::Marker,
         }
     }
 
@@ -171,6 +174,7 @@ impl Config {
         cfg.ordering = self.ordering.mode();
         cfg.emulation_budgets = self.budgets == Budgets::Emulation;
         cfg.seed = self.seed;
+        cfg.timing = self.timing;
         cfg.hbm_size = self.hbm_size;
         if let Some(h) = self.host_dram_size {
             cfg.host_dram_size = h;

@@ -3,6 +3,7 @@
 use super::config::{Config, FaultMode};
 use super::record::OpRecord;
 use super::size::DEFAULT_BIG_RATE;
+use ndma_emu::WaitTiming;
 
 /// `ndma verify --seed S --replay K` with every option that shapes what operation `K` draws or how it runs.
 pub fn command(cfg: &Config, index: u64) -> String {
@@ -21,6 +22,10 @@ pub fn command(cfg: &Config, index: u64) -> String {
     }
     if cfg.faults == FaultMode::Mix {
         c.push_str(&format!(" --faults mix --fault-rate {}", cfg.fault_rate));
+    }
+    if cfg.timing == WaitTiming::Driver {
+        // A global option: it goes before the subcommand.
+        c.insert_str("ndma ".len(), "--driver-timing ");
     }
     c
 }

@@ -223,6 +223,8 @@ pub struct Report {
     pub big_rate: f64,
     /// `silicon` or `emulation`.
     pub budgets: &'static str,
+    /// `marker`, or `driver` with `--driver-timing`.
+    pub timing: &'static str,
     /// `adversarial`, `relaxed` or `strict`.
     pub ordering: &'static str,
     /// Threads.
@@ -311,6 +313,8 @@ pub struct Header {
     pub big_rate: f64,
     /// Budgets.
     pub budgets: &'static str,
+    /// Marker-wait timing.
+    pub timing: &'static str,
     /// Ordering.
     pub ordering: &'static str,
     /// Threads.
@@ -332,6 +336,7 @@ impl Report {
             fault_rate: h.fault_rate,
             big_rate: h.big_rate,
             budgets: h.budgets,
+            timing: h.timing,
             ordering: h.ordering,
             threads: h.threads,
             paths: h.paths,
