@@ -730,6 +730,32 @@ fn a_sync_request_whose_piece_exceeds_the_pin_budget_fails_ebusy() {
     z.assert_no_leaks("after the budget was raised");
 }
 
+/// A request refused before it issued anything (a full context queue at its first piece) leaves the ring
+/// alone: none of its writes can be in flight, so no fence batch is staged. It used to stage one (a
+/// descriptor and two doorbells) for every refused host → device request.
+#[test]
+fn a_request_refused_before_issuing_anything_stages_no_fence() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let cq = z.cq();
+    let va = z.map(1, Placement::Contiguous);
+    let mc = alloc(dev, false, PAGE, 0).unwrap();
+    dev.set_zerocopy_pin_budget(0); // every piece waits, deferred: the queue fills
+    let op = [BatchOp { offset: 0, size: 1, buffer: va }];
+    let usable = u64::from(ndma::zerocopy::NDMA_CTX_QUEUE_DEFAULT_CAPACITY) - 1;
+    for seq in 1..=usable {
+        dev.zerocopy_submit(0, &op, &mc, 0, -1, true, seq, seq).unwrap();
+    }
+    let before = dev.ring_stats(0).unwrap();
+    assert_eq!(dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 5000, 0), Err(NdmaError::QueueFull { nc: 0 }));
+    let moved = dev.ring_stats(0).unwrap().since(&before);
+    assert_eq!((moved.descriptors, moved.batches, moved.doorbells, moved.zc_pieces), (0, 0, 0, 0));
+    dev.set_zerocopy_pin_budget(1 << 20);
+    let got = take(&cq, usable as usize);
+    assert!(got.iter().zip(1..).all(|(e, seq)| *e == CqEntry { sequence_num: seq, compl_ret: 0, context: seq }));
+    z.assert_no_leaks("a full queue");
+}
+
 /// A sync request queued behind an async request whose pieces wait for pin budget moves them first: it pins,
 /// issues and retires what is ahead of it (posting that request's completion, exactly once), then its own.
 #[test]
