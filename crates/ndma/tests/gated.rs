@@ -561,3 +561,112 @@ fn a_late_marker_in_a_reset_window_does_not_rerun_a_copy_whose_source_a_later_on
         },
     );
 }
+
+/// Polls `cq` a bounded number of times for one entry (the completion thread may still be posting it).
+fn poll_one(cq: &CqConsumer) -> Option<CqEntry> {
+    for _ in 0..200_000 {
+        if let Some(e) = cq.pop() {
+            return Some(e);
+        }
+        std::thread::yield_now();
+    }
+    None
+}
+
+/// A System dropped while the completion thread re-polls a ring whose work cannot move (pin
+/// budget 1 page: NC 1's 64-page async piece stays deferred), and an async request on NC 0 that passed its
+/// stopped-check is between that check and its enqueue (held allocating NC 0's zero-copy state, under the
+/// ring lock). The stopping pass looks only at NC 1's bit and moves nothing; before it leaves it must take
+/// the last look at every ring that the idle (`bits == 0`) path takes. It did not: NC 0's accepted request
+/// was never completed and its page stayed pinned.
+#[test]
+fn an_async_request_accepted_while_the_thread_stops_on_stuck_work_still_completes() {
+    let Gated { system, emu, alloc, delay, .. } = Gated::new();
+    let _open = OpenOnDrop(vec![Arc::clone(&alloc), Arc::clone(&delay)]);
+    delay.open(); // the completion thread runs freely here
+    let dev = Arc::clone(&system.devices()[0]);
+    let mm = AddressSpace::new(emu.host(), 4242);
+    let va = mm.map(&MapSpec::new(65, Placement::Contiguous)).unwrap();
+    dev.set_zerocopy_pin_budget(1);
+    // NC 1: a 64-page async piece that never fits the budget: the thread re-polls it every millisecond.
+    let mc1 = dev.alloc_device(64 * PAGE, 1).unwrap();
+    {
+        let _enter = mm.enter();
+        let op = BatchOp { offset: 0, size: 64 * PAGE, buffer: va };
+        dev.zerocopy_submit(1, &[op], &mc1, 0, -1, true, 1, 10).unwrap();
+    }
+    assert!(dev.zerocopy_status(1).unwrap().thread_running);
+    // NC 0: a one-page async request (fits the budget), on the ring's first zero-copy use.
+    let mc0 = dev.alloc_device(PAGE, 0).unwrap();
+    let submitter = {
+        let (dev, mm, mc0) = (Arc::clone(&dev), Arc::clone(&mm), Arc::clone(&mc0));
+        std::thread::Builder::new()
+            .name("submitter".into())
+            .spawn(move || {
+                let _enter = mm.enter();
+                let op = BatchOp { offset: 0, size: PAGE, buffer: va + 64 * PAGE };
+                dev.zerocopy_submit(0, &[op], &mc0, 0, -1, true, 9, 90)
+            })
+            .unwrap()
+    };
+    alloc.wait_parked();
+    let dropper = std::thread::spawn(move || drop(system));
+    // Give the stopping thread every chance to finish (bounded: a thread that takes NC 0's lock for a last
+    // look waits for the submitter, so the drop cannot finish before the gate opens).
+    for _ in 0..2_000_000 {
+        if dropper.is_finished() {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    alloc.open();
+    assert_eq!(submitter.join().unwrap(), Ok(()), "the request was accepted");
+    dropper.join().unwrap();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let got = poll_one(&cq);
+    let s = dev.zerocopy_status(0).unwrap();
+    assert_eq!(
+        got,
+        Some(CqEntry { sequence_num: 9, compl_ret: 0, context: 90 }),
+        "accepted async request never completed; NC 0 still holds {} context(s), {} page(s) pinned",
+        s.contexts,
+        s.pinned_pages
+    );
+}
+
+/// The stopping thread's last look (the idle path) finds a request already over
+/// (`zerocopy_submit_completed`) that a submit queued after passing its stopped-check. A pass moves such a
+/// dummy from the pinned to the submitted region (step 2) and retires it in the next pass; that move is
+/// progress. It was not counted as such, and a stopping pass that "moved nothing" leaves: the accepted request
+/// was never completed. (On a running thread the same dummy cost a 1 ms idle wait.)
+#[test]
+fn a_completed_request_queued_while_the_system_drops_still_completes() {
+    let Gated { system, alloc, delay, .. } = Gated::new();
+    let _open = OpenOnDrop(vec![Arc::clone(&alloc), Arc::clone(&delay)]);
+    delay.open();
+    let dev = Arc::clone(&system.devices()[0]);
+    let submitter = {
+        let dev = Arc::clone(&dev);
+        std::thread::Builder::new()
+            .name("submitter".into())
+            // NC 0's first zero-copy use: its state is allocated under the ring lock, after the check.
+            .spawn(move || dev.zerocopy_submit_completed(0, -1, 9, 0, 90))
+            .unwrap()
+    };
+    alloc.wait_parked();
+    assert!(dev.zerocopy_status(1).unwrap().thread_running, "the submit started the thread");
+    let dropper = std::thread::spawn(move || drop(system));
+    while dev.zerocopy_status(1).unwrap().thread_running {
+        std::thread::yield_now();
+    }
+    alloc.open();
+    assert_eq!(submitter.join().unwrap(), Ok(()), "the request was accepted");
+    dropper.join().unwrap();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let got = poll_one(&cq);
+    assert_eq!(
+        (got, dev.zerocopy_status(0).unwrap().contexts),
+        (Some(CqEntry { sequence_num: 9, compl_ret: 0, context: 90 }), 0),
+        "the accepted request was never completed"
+    );
+}

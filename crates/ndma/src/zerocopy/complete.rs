@@ -64,7 +64,8 @@ impl ZcRing {
 pub(crate) struct Progress {
     /// Contexts retired (step 1).
     pub retired: u32,
-    /// Contexts issued (step 2).
+    /// Contexts that left the pinned-unsubmitted region (step 2): issued, failed in place, or passed (a
+    /// completed dummy).
     pub issued: u32,
     /// Contexts that left the unpinned region (step 3): pinned, failed in place, or passed.
     pub pinned: u32,
@@ -236,7 +237,10 @@ impl RingGuard<'_> {
     }
 
     /// Step 2: issues pinned contexts in order while descriptors are available. A piece whose staging fails
-    /// is failed in place (after the ring is re-initialised).
+    /// is failed in place (after the ring is re-initialised). Returns how many contexts it moved past the
+    /// first-pinned-unsubmitted cursor — issued, failed in place, or already over and passed: each lets the
+    /// next pass retire it. (Counting only the issued ones made a completed dummy look like no progress: a
+    /// stopping thread then left it unposted for good, a running one waited a retry interval for it.)
     pub(crate) fn zc_issue_pinned(&mut self) -> u32 {
         let mut issued = 0;
         while let Some(i) = self.zq().peek_pinned_unsubmitted() {
@@ -254,8 +258,9 @@ impl RingGuard<'_> {
                     self.zc_fail_in_place(i, &e);
                     continue;
                 }
-                issued += 1;
             }
+            // Progress whether issued or passed (a completed dummy): the next pass can retire it.
+            issued += 1;
             self.zq().inc_fpu();
         }
         issued

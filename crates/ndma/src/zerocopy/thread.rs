@@ -120,7 +120,7 @@ impl CompletionThread {
     }
 }
 
-fn run(shared: &Shared, dev: &Weak<NeuronDevice>) {
+fn run(shared: &Shared, weak: &Weak<NeuronDevice>) {
     loop {
         // Acquire: pairs with the kickers' Release.
         let bits = shared.bitmap.swap(0, Ordering::Acquire);
@@ -129,7 +129,7 @@ fn run(shared: &Shared, dev: &Weak<NeuronDevice>) {
                 // A submit that passed its check before the stop may have queued a request and not kicked
                 // yet: one last look at every ring (each under its lock, which that submit held) before
                 // leaving.
-                let left = dev.upgrade().map_or(0, |dev| dev.zc_rings_with_work());
+                let left = weak.upgrade().map_or(0, |dev| dev.zc_rings_with_work());
                 if left == 0 {
                     return;
                 }
@@ -139,7 +139,7 @@ fn run(shared: &Shared, dev: &Weak<NeuronDevice>) {
             shared.wait(None);
             continue;
         }
-        let Some(dev) = dev.upgrade() else { return };
+        let Some(dev) = weak.upgrade() else { return };
         let stopping = shared.stop.load(Ordering::Acquire);
         let (mut again, mut moved) = (0u64, false);
         for bit in (0..64).filter(|b| bits & (1 << b) != 0) {
@@ -167,9 +167,15 @@ fn run(shared: &Shared, dev: &Weak<NeuronDevice>) {
         drop(dev);
         if again != 0 {
             if stopping && !moved {
-                // What is left cannot move (a pin budget of 0, say): the device's teardown releases it.
-                tracing::warn!("zero-copy completion thread stopping with work it cannot complete");
-                return;
+                // What is left cannot move (a pin budget of 0, say): the device's teardown releases it. But
+                // first the last look of a stop with nothing pending (above): a submit that passed its check
+                // may have queued a request on another ring and not kicked yet.
+                let others = weak.upgrade().map_or(0, |dev| dev.zc_rings_with_work()) & !again;
+                if others == 0 {
+                    tracing::warn!("zero-copy completion thread stopping with work it cannot complete");
+                    return;
+                }
+                again |= others;
             }
             shared.bitmap.fetch_or(again, Ordering::Release);
             if !moved {
