@@ -70,16 +70,19 @@ impl NeuronDevice {
     ) -> Result<CtxHandle> {
         let prefetch = (prefetch_addr != 0).then_some(prefetch_addr);
         let t = CopyRef { src, dst, src_offset: src_off, dst_offset: dst_off, len: size, prefetch };
-        self.memcpy_mc_chained(t, prev).map_err(|f| f.error)
+        self.memcpy_mc_chained(t, prev, false).map_err(|f| f.error)
     }
 
     /// [`NeuronDevice::memcpy_mc_async`] of copy `t`, telling on failure whether `prev` was consumed: decided
     /// under the ring lock, where it is true, rather than by looking at the context again afterwards, when
-    /// another chain may have taken it. A staged context holds `t`'s chunks.
+    /// another chain may have taken it. A staged context holds `t`'s chunks. `own_ring`: a copy that starts a
+    /// chain ([`CtxHandle::None`]) is refused while the ring's other async context is in use too — a chain
+    /// owns the ring's double buffer ([`NeuronDevice::start`]); the driver's API lets it in.
     pub(crate) fn memcpy_mc_chained(
         &self,
         t: CopyRef<'_>,
         prev: CtxHandle,
+        own_ring: bool,
     ) -> std::result::Result<CtxHandle, ChainFailure> {
         let (size, prefetch) = (t.len, t.prefetch);
         let s = self.chunk_window("source chunk", t.src, t.src_offset, size).map_err(ChainFailure::refused)?;
@@ -92,7 +95,7 @@ impl NeuronDevice {
             return Ok(cur);
         }
         let held = [Some(Arc::clone(t.src)), Some(Arc::clone(t.dst))];
-        self.offset_move_async(nc, s, d, size, prefetch, held, prev, cur)?;
+        self.offset_move_async(nc, s, d, size, prefetch, held, prev, cur, own_ring)?;
         Ok(cur)
     }
 
@@ -228,6 +231,7 @@ impl NeuronDevice {
         held: Held,
         prev: CtxHandle,
         cur: CtxHandle,
+        own_ring: bool,
     ) -> std::result::Result<(), ChainFailure> {
         let refused = ChainFailure::refused;
         let ring = self.ring(nc).map_err(refused)?;
@@ -251,6 +255,12 @@ impl NeuronDevice {
         }
         if g.ctx(cur_slot).inuse {
             return Err(refused(NdmaError::ContextInUse(cur.raw())));
+        }
+        // A chain's start while another chain runs on the ring's other context: refused here, or that chain's
+        // next copy would find this one in the context it needs.
+        let other = cur.next();
+        if own_ring && prev == CtxHandle::None && other.slot().is_some_and(|o| g.ctx(o).inuse) {
+            return Err(refused(NdmaError::ContextInUse(other.raw())));
         }
         if let Some(p) = prev_slot.filter(|&p| g.ctx(p).aborted) {
             return g.finish(p, prev).map_err(ChainFailure::consumed);

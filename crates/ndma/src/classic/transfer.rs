@@ -165,14 +165,17 @@ impl NeuronDevice {
     ///
     /// As [`NeuronDevice::memcpy_mc`].
     pub fn copy(&self, t: &Transfer) -> Result<()> {
-        self.memcpy_mc_chained(t.as_copy(), CtxHandle::Sync).map(|_| ()).map_err(|f| f.error)
+        self.memcpy_mc_chained(t.as_copy(), CtxHandle::Sync, false).map(|_| ()).map_err(|f| f.error)
     }
 
     /// Starts `t` asynchronously (at most one batch, [`crate::MAX_BATCH_BYTES`]) as the first copy of a chain
     /// on its ring, and returns the handle that owns it.
     ///
     /// A ring carries one chain at a time (the driver's double buffer has two async contexts): starting a
-    /// second chain on a ring whose chain is still in flight is refused with [`crate::NdmaError::ContextInUse`].
+    /// second chain on a ring whose chain is still in flight — on either context — is refused with
+    /// [`crate::NdmaError::ContextInUse`] naming the context in use. (The driver's
+    /// [`NeuronDevice::memcpy_mc_async`] lets a start in while the other context is busy; the chain running
+    /// there then finds its next context taken.)
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }
@@ -194,7 +197,7 @@ impl NeuronDevice {
     ///
     /// As [`NeuronDevice::memcpy_mc_async`] with [`CtxHandle::None`].
     pub fn start(&self, t: &Transfer) -> Result<InFlight<'_>> {
-        let handle = self.memcpy_mc_chained(t.as_copy(), CtxHandle::None).map_err(|f| f.error)?;
+        let handle = self.memcpy_mc_chained(t.as_copy(), CtxHandle::None, true).map_err(|f| f.error)?;
         Ok(InFlight { dev: self, nc: t.nc(), handle: Some(handle) })
     }
 }
@@ -303,7 +306,7 @@ impl<'d> InFlight<'d> {
             self.wait()?;
             return dev.start(next);
         }
-        let r = self.dev.memcpy_mc_chained(next.as_copy(), prev);
+        let r = self.dev.memcpy_mc_chained(next.as_copy(), prev, true);
         match r {
             Ok(handle) => {
                 self.handle = None;
