@@ -95,7 +95,8 @@ impl NeuronDevice {
     /// [`NdmaError::InvalidQueueType`] (`-1`) for a type other than TX/RX, [`NdmaError::PartialDescriptor`]
     /// for a size that is not a multiple of 16, [`NdmaError::OutOfRange`], and
     /// [`NdmaError::InvalidDescriptorAddress`] for the first descriptor that fails validation,
-    /// [`NdmaError::ForeignChunk`] for a destination of another device's pool; for a device destination, the
+    /// [`NdmaError::ForeignChunk`] for a device destination of another device's pool (a host destination is
+    /// written by the CPU, from any pool); for a device destination, the
     /// bounce copy's errors ([`NeuronDevice::memcpy_buf_to_mc`]: no memory for the bounce buffer, the wait's
     /// errors). Nothing is copied on a refusal; a failed bounce copy may have written part of the window.
     ///

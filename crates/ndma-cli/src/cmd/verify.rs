@@ -105,8 +105,9 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = DEFAULT_BIG_RATE, value_parser = rate_arg)]
     pub big_rate: f64,
     /// Marker-poll budgets: the driver's silicon budgets, or ×100000 as on an emulation platform. Under
-    /// emulation budgets the fault mix holds only the kinds that need no timeout (delay, bandwidth, and
-    /// reset_window on V3): an injected hang would take minutes to time out.
+    /// emulation budgets the fault mix holds only the kinds that need no timeout (delay, bandwidth, the pin
+    /// faults hole, pin_fail and short_pin, and reset_window on V3): an injected hang would take minutes to
+    /// time out.
     #[arg(long, value_enum, default_value = "silicon")]
     pub budgets: Budgets,
     /// Fabric ordering of the model: adversarial makes a missing write barrier show at once.

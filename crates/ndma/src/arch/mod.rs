@@ -1,6 +1,7 @@
 //! The DHAL: everything that differs between device generations, behind one trait as the driver's
 //! `ndhal` vtable (FACTS §4). The op layer asks the DHAL and never branches on the arch itself — except at
-//! the one place the driver does (the zero-copy barrier).
+//! the one place the driver does (the zero-copy barrier, `zerocopy::build`; the fence that closes a failed
+//! zero-copy request, a departure, places its barrier by the same rule).
 //!
 //! ```
 //! use ndma::arch::{dhal, Dhal, WaitBudget};

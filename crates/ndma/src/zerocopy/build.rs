@@ -1,8 +1,8 @@
 //! The descriptors one zero-copy piece writes (`ndma_build_n_issue_zc_descs`, FACTS §5.5): physically
 //! consecutive pages merge into runs (the first run starts at the piece's page offset), runs split into
 //! descriptors of at most 64 KiB, host addresses carry `pci_host_base`, and the barrier that keeps the
-//! completion from overtaking the data sits where the arch needs it. This is the op layer's one explicit arch
-//! branch (DESIGN §1).
+//! completion from overtaking the data sits where the arch needs it (`write_fence`: the op layer's one
+//! explicit arch branch, DESIGN §1, which the fence closing a failed request shares).
 
 use udma::{Arch, Barrier, MAX_DMA_DESC_SIZE};
 
@@ -31,6 +31,18 @@ pub struct ZcPlan {
     pub runs: u32,
     /// Barrier of the marker descriptor.
     pub marker_barrier: Barrier,
+}
+
+/// Where the barrier that keeps a completion from overtaking earlier writes sits: `(on the last data
+/// descriptor, on the marker)` — V2: WRITE_BARRIER on the data (it has no SOW); V3: SOW on the marker. The op
+/// layer's one explicit arch branch (DESIGN §1), shared by [`plan_descriptors`] and the fence that closes a
+/// failed request.
+pub(crate) fn write_fence(arch: Arch) -> (Barrier, Barrier) {
+    if arch == Arch::V2 {
+        (Barrier::WriteBarrier, Barrier::None)
+    } else {
+        (Barrier::None, Barrier::Sow)
+    }
 }
 
 /// Plans the descriptors of a piece of `size` bytes starting `first_offset` bytes into `pages` (frame
@@ -73,6 +85,7 @@ pub fn plan_descriptors(
 ) -> ZcPlan {
     let host = arch.pci_host_base();
     let fenced = to_device && last;
+    let (data_fence, marker_fence) = write_fence(arch);
     // An offset past the first page starts in a later one (the internal caller's is always inside the first).
     let skip = usize::try_from(first_offset / PAGE_SIZE).unwrap_or(usize::MAX).min(pages.len());
     let (pages, first_offset) = (&pages[skip..], first_offset % PAGE_SIZE);
@@ -96,15 +109,14 @@ pub fn plan_descriptors(
             let len = remaining.min(run).min(u64::from(MAX_DMA_DESC_SIZE));
             let (src, dst) = if to_device { (at, dev) } else { (dev, at) };
             remaining -= len;
-            let barrier =
-                if arch == Arch::V2 && fenced && remaining == 0 { Barrier::WriteBarrier } else { Barrier::None };
+            let barrier = if fenced && remaining == 0 { data_fence } else { Barrier::None };
             data.push(ZcDesc { src, dst, len: len as u32, barrier });
             at = at.wrapping_add(len);
             dev = dev.wrapping_add(len);
             run -= len;
         }
     }
-    let marker_barrier = if arch != Arch::V2 && fenced { Barrier::Sow } else { Barrier::None };
+    let marker_barrier = if fenced { marker_fence } else { Barrier::None };
     ZcPlan { data, runs, marker_barrier }
 }
 

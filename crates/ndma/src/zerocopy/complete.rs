@@ -409,13 +409,14 @@ fn stage_fence(
     i: u32,
 ) -> Result<u32> {
     let slot = marker_slot(i);
-    let (marker_barrier, count) = if arch == Arch::V2 {
+    let (data_fence, marker_fence) = super::build::write_fence(arch);
+    let mut count = 1;
+    if data_fence != Barrier::None {
+        // The barrier goes on a data descriptor: a self-copy of the slot's second word carries it.
         let word = completion_dma + poll_word(slot) as u64;
-        queue.copy_prepare_one(word, word, 4, Barrier::WriteBarrier, false)?;
-        (Barrier::None, 2)
-    } else {
-        (Barrier::Sow, 1)
-    };
-    add_completion_desc(queue, completion, completion_dma, slot, marker_barrier)?;
+        queue.copy_prepare_one(word, word, 4, data_fence, false)?;
+        count += 1;
+    }
+    add_completion_desc(queue, completion, completion_dma, slot, marker_fence)?;
     Ok(count)
 }

@@ -465,7 +465,8 @@ impl CqConsumer {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::OutOfRange`] for one too small.
+    /// [`NdmaError::OutOfRange`] for a chunk smaller than the queue, then [`NdmaError::NotHostMemory`] for a
+    /// device chunk.
     pub fn new(chunk: &Arc<MemChunk>) -> Result<CqConsumer> {
         chunk.check_range("completion queue", 0, NDMA_H2D_COMPL_QUEUE_SIZE as u64)?;
         let base = chunk.host_buf().ok_or(NdmaError::NotHostMemory { what: "completion queue" })?.as_ptr();
