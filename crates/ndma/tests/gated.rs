@@ -448,8 +448,8 @@ fn a_deferred_piece_of_an_exited_process_leaves_its_pid_successors_pinned_range_
 
 /// Completions held back behind a full completion queue when the System is dropped: the stopping thread
 /// leaves them (nobody may read them, and the drop must not wait for a consumer), but a caller that keeps the
-/// device and keeps reading gets them — every later call on the ring (here a sync request) posts what the
-/// consumer made room for.
+/// device and keeps reading gets them — every later sync zero-copy request on the ring posts what the
+/// consumer made room for (classic copies and status reads do not).
 #[test]
 fn completions_held_back_when_the_system_drops_reach_a_consumer_that_keeps_the_device() {
     let Gated { system, emu, delay, alloc, .. } = Gated::new();
