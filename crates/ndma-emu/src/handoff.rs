@@ -125,6 +125,16 @@ impl WorkerSignal {
         self.shared.state.store(RUNNING, Ordering::Relaxed);
     }
 
+    /// Worker side: one nap of `d` marked dozing, then running again — for a worker that found the engine's
+    /// exec lock held and looks again after the nap. Dozing, it leaves no waiter waiting for it: a waiter
+    /// executes pending work itself rather than leave it to a running worker (`Engine::assist`).
+    pub fn nap_dozing(&self, d: Duration) {
+        // Relaxed: as in `idle`, a doorbell that reads DOZING does not unpark; the look after the nap sees it.
+        self.shared.state.store(DOZING, Ordering::Relaxed);
+        nap(d);
+        self.set_running();
+    }
+
     /// Is the worker running (executing, or spinning for work)? If it is, a doorbell's work is picked up
     /// within nanoseconds — unless the worker is off its CPU. A snapshot for a waiter's decision whether to
     /// leave pending work to the worker; it orders nothing.

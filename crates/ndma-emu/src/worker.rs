@@ -29,7 +29,7 @@ use crate::device::DeviceCore;
 use crate::handoff::Doze;
 use crate::lock::lock;
 use crate::stats::EngineCounters;
-use crate::sync::{nap, thread};
+use crate::sync::thread;
 
 /// How long a worker that just executed something spins for the next doorbell before it dozes, when waiting
 /// threads do not execute work themselves (see the module doc): long enough to catch the next batch of a busy
@@ -93,7 +93,7 @@ fn run(dev: &DeviceCore, eng: u32) {
             // statistics read lets go having run nothing, and nobody would then execute what we were rung
             // for: look again after a nap instead of sleeping until the next doorbell.
             EngineCounters::bump(&e.stats.worker_blocked, 1);
-            nap(DOZE.nap);
+            e.signal.nap_dozing(DOZE.nap);
             continue;
         }
         if turn.ran {
