@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use udma::DmaMemory;
 
-use crate::Result;
+use crate::{NdmaError, Result};
 
 /// A host DMA buffer: device-visible host memory the CPU can read and write.
 ///
@@ -147,7 +147,9 @@ pub trait Platform: Send + Sync {
 
     /// `narch_is_qemu() || narch_is_emu()`: scale the poll budget ×100000 for slow virtual platforms.
     fn is_emulation(&self) -> bool;
-    /// Coherent DMA allocation of at least `len` bytes, 256-byte aligned (`dma_alloc_coherent`).
+    /// Coherent DMA allocation of at least `len` bytes, 256-byte aligned (`dma_alloc_coherent`). The op
+    /// layer checks both (a safe implementation cannot be trusted with what unsafe code relies on) and
+    /// refuses a buffer that falls short with [`crate::NdmaError::NoMemory`].
     ///
     /// # Errors
     ///
@@ -181,4 +183,23 @@ pub trait Platform: Send + Sync {
         let _ = (device, engine, qid);
         None
     }
+}
+
+/// Alignment [`Platform::alloc_coherent`] promises.
+pub(crate) const COHERENT_ALIGN: usize = 256;
+
+/// [`Platform::alloc_coherent`], checked: what the op layer then relies on — rings and completion queues
+/// addressed through raw pointers, chunks bounds-checked against the size asked for — holds only if the buffer
+/// is as long and as aligned as promised, and the platform is a safe trait.
+///
+/// # Errors
+///
+/// The platform's; [`NdmaError::NoMemory`] for a buffer shorter than `len` or misaligned.
+pub(crate) fn alloc_coherent(platform: &dyn Platform, len: usize) -> Result<HostBuf> {
+    let buf = platform.alloc_coherent(len)?;
+    if buf.len() < len || buf.as_ptr() as usize % COHERENT_ALIGN != 0 {
+        tracing::error!(asked = len, got = buf.len(), "the platform's coherent buffer is short or misaligned");
+        return Err(NdmaError::NoMemory { what: "coherent host (short or misaligned buffer)", size: len as u64 });
+    }
+    Ok(buf)
 }

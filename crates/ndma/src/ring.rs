@@ -92,9 +92,9 @@ impl H2tRing {
         let qid = dhal.h2t_def_qid(nc);
         let ring_bytes = H2T_RING_SIZE as usize * core::mem::size_of::<udma::Desc>();
         let host = dhal.pci_host_base();
-        let rx = platform.alloc_coherent(ring_bytes)?;
-        let tx = platform.alloc_coherent(ring_bytes)?;
-        let completion = platform.alloc_coherent(H2T_COMPLETION_BUF_SIZE)?;
+        let rx = crate::platform::alloc_coherent(platform, ring_bytes)?;
+        let tx = crate::platform::alloc_coherent(platform, ring_bytes)?;
+        let completion = crate::platform::alloc_coherent(platform, H2T_COMPLETION_BUF_SIZE)?;
         let completion_dma = completion.phys_addr() | host;
         let (tx_dma, rx_dma) = (tx.phys_addr() | host, rx.phys_addr() | host);
         let queue = engine.init_queue(

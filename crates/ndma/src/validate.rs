@@ -172,7 +172,7 @@ impl NeuronDevice {
         if dst_mc.is_host() {
             return dst_mc.write(dst_off, window);
         }
-        let bounce = self.platform.alloc_coherent(window.len().max(1))?;
+        let bounce = crate::platform::alloc_coherent(&*self.platform, window.len().max(1))?;
         bounce.write_bytes(0, window)?;
         self.memcpy_buf_to_mc(&*bounce, 0, dst_mc, dst_off, size)
     }

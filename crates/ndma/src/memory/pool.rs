@@ -170,7 +170,7 @@ impl MemPool {
 
     fn alloc_host_in(&self, platform: &dyn Platform, size: u64, nc_id: u32, internal: bool) -> Result<Arc<MemChunk>> {
         let len = usize::try_from(size).ok().filter(|&l| l > 0).ok_or(NdmaError::NoMemory { what: "host", size })?;
-        let buf = platform.alloc_coherent(len)?;
+        let buf = crate::platform::alloc_coherent(platform, len)?;
         let pa = buf.phys_addr() | self.pci_host_base;
         let mut inner = self.shared.lock();
         if internal { &mut inner.internal } else { &mut inner.host }.insert(pa, size);

@@ -46,7 +46,10 @@ pub(crate) struct ZcRing {
 impl ZcRing {
     /// `ndma_ctx_queue_init` + `ndma_h2d_compl_queue_init`.
     pub(crate) fn new(dev: &NeuronDevice, nc: u32) -> Result<ZcRing> {
-        let completion = dev.platform.alloc_coherent(NDMA_CTX_QUEUE_DEFAULT_CAPACITY as usize * MARKER_SLOT_SIZE)?;
+        let completion = crate::platform::alloc_coherent(
+            &*dev.platform,
+            NDMA_CTX_QUEUE_DEFAULT_CAPACITY as usize * MARKER_SLOT_SIZE,
+        )?;
         let completion_dma = completion.phys_addr() | dev.dhal.pci_host_base();
         // The op layer's own: user-authored descriptors may not write completions into it.
         let cq_chunk: Arc<MemChunk> = dev.alloc_host_internal(NDMA_H2D_COMPL_QUEUE_SIZE as u64, nc)?;
