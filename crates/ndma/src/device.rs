@@ -239,10 +239,10 @@ impl NeuronDevice {
         self.pool.alloc_host(&*self.platform, size, nc)
     }
 
-    /// A host chunk for the op layer's own use (a completion queue): user-authored descriptors may not name
-    /// it ([`NeuronDevice::is_valid_host_mem`]).
-    pub(crate) fn alloc_host_internal(&self, size: u64, nc: u32) -> Result<Arc<MemChunk>> {
-        self.pool.alloc_host_internal(&*self.platform, size, nc)
+    /// A completion queue's chunk: the op layer's own (user-authored descriptors may not name it,
+    /// [`NeuronDevice::is_valid_host_mem`]) and accessed only atomically ([`MemChunk::is_completion_queue`]).
+    pub(crate) fn alloc_completion_queue(&self, size: u64, nc: u32) -> Result<Arc<MemChunk>> {
+        self.pool.alloc_completion_queue(&*self.platform, size, nc)
     }
 
     /// Allocates a device (HBM) chunk owned by NC `nc`. Dropping the last reference frees it.
@@ -500,7 +500,7 @@ impl NeuronDevice {
     /// # Ok::<(), ndma::NdmaError>(())
     /// ```
     pub fn mc_to_pa(&self, mc: &MemChunk) -> u64 {
-        match mc.host_buf() {
+        match mc.buffer() {
             Some(buf) => buf.phys_addr() | self.dhal.pci_host_base(),
             None => mc.pa(),
         }

@@ -106,6 +106,16 @@ pub enum NdmaError {
         /// Which access.
         what: &'static str,
     },
+    /// A plain CPU access to a completion queue's memory, which is read and written only atomically: through
+    /// [`crate::zerocopy::CqConsumer`] (`-EPERM`).
+    #[error("{what}: a completion queue is accessed only through a CqConsumer")]
+    CompletionQueueMemory {
+        /// Which access.
+        what: &'static str,
+    },
+    /// A consumer asked of a chunk that is not a completion queue (`-EINVAL`).
+    #[error("not a completion queue (NeuronDevice::completion_queue returns one)")]
+    NotCompletionQueue,
     /// A device whose hardware is of another generation than the system was declared with (`-ENODEV`).
     #[error("device {device} is {found}, the system was declared {declared}")]
     ArchMismatch {
@@ -302,12 +312,13 @@ impl NdmaError {
             NdmaError::NoMemory { .. } | NdmaError::Thread(_) => -errno::ENOMEM,
             NdmaError::ContextInUse(_) => -errno::EBUSY,
             NdmaError::Aborted(_) => -errno::EIO,
-            NdmaError::MarkerStaging(_) => -errno::EPERM,
+            NdmaError::MarkerStaging(_) | NdmaError::CompletionQueueMemory { .. } => -errno::EPERM,
             NdmaError::ArchMismatch { .. } | NdmaError::CompletionThreadStopped { .. } => -ENODEV,
             NdmaError::InvalidQueueType(_) => -errno::EPERM,
             NdmaError::OutOfRange { .. }
             | NdmaError::ForeignChunk { .. }
             | NdmaError::NotHostMemory { .. }
+            | NdmaError::NotCompletionQueue
             | NdmaError::InvalidNc { .. }
             | NdmaError::NoH2tRing { .. }
             | NdmaError::InvalidHandle(_)

@@ -942,6 +942,32 @@ fn consumers_on_several_threads_take_every_completion_once() {
     z.assert_no_leaks("consumers");
 }
 
+/// A completion queue's memory is shared with its producer and every other consumer, all of which access it
+/// atomically: its chunk offers no plain CPU access (a copy racing them would be a data race), and a consumer
+/// is made only of a completion queue (over other memory it would take a "lock word" that may never be 0,
+/// and clear "entries").
+#[test]
+fn a_completion_queue_is_accessed_only_through_a_consumer() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let chunk = dev.completion_queue(0).unwrap();
+    assert!(chunk.is_completion_queue() && chunk.host_buf().is_none() && chunk.cpu_ptr().is_some());
+    let mut header = [0u8; 16];
+    assert_eq!(chunk.read(0, &mut header), Err(NdmaError::CompletionQueueMemory { what: "host chunk read" }));
+    assert_eq!(chunk.write(0, &header), Err(NdmaError::CompletionQueueMemory { what: "host chunk write" }));
+    assert_eq!(chunk.fill(12, 4, 0xff), Err(NdmaError::CompletionQueueMemory { what: "host chunk fill" }));
+    assert_eq!(NdmaError::CompletionQueueMemory { what: "x" }.errno(), -1);
+    let other = dev.alloc_host(ndma::zerocopy::NDMA_H2D_COMPL_QUEUE_SIZE as u64, 0).unwrap();
+    other.fill(0, other.size(), 0xff).unwrap();
+    assert!(!other.is_completion_queue());
+    assert_eq!(CqConsumer::new(&other).err(), Some(NdmaError::NotCompletionQueue));
+    assert_eq!(NdmaError::NotCompletionQueue.errno(), -22);
+    dev.zerocopy_submit_completed(0, -1, 3, 0, 30).unwrap();
+    let cq = CqConsumer::new(&chunk).unwrap();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 3, compl_ret: 0, context: 30 }]);
+    z.assert_no_leaks("consumer only");
+}
+
 #[test]
 fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);

@@ -23,8 +23,9 @@ fn a_second_process_takes_every_completion_in_order() {
         ndma_emu::test_utils::testbed(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed, ndma_emu::ClockKind::Real);
     let dev = &tb.system.devices()[0];
     let chunk = dev.completion_queue(0).unwrap();
-    let buf = chunk.host_buf().unwrap();
-    let range = tb.emu.host().share(buf.phys_addr(), NDMA_H2D_COMPL_QUEUE_SIZE as u64).expect("shareable");
+    // The queue's host PA (its chunk's PA without pci_host_base): the memory another process maps.
+    let host_pa = chunk.pa() & !Arch::V3.pci_host_base();
+    let range = tb.emu.host().share(host_pa, NDMA_H2D_COMPL_QUEUE_SIZE as u64).expect("shareable");
     let fd = range.fd.as_raw_fd();
     let mut child = Command::new(std::env::current_exe().expect("test binary"));
     child

@@ -45,6 +45,9 @@ pub struct MemChunk {
     size: u64,
     nc_id: u32,
     host: Option<HostBuf>,
+    /// A completion queue: its words are shared with the producer and other consumers, which access them
+    /// atomically, so no plain CPU access (nor the buffer, which offers them) is handed out.
+    completion_queue: bool,
     pool: Arc<PoolShared>,
 }
 
@@ -57,7 +60,13 @@ impl MemChunk {
         host: Option<HostBuf>,
         pool: Arc<PoolShared>,
     ) -> Self {
-        MemChunk { location, pa, size, nc_id, host, pool }
+        MemChunk { location, pa, size, nc_id, host, completion_queue: false, pool }
+    }
+
+    /// Marks a freshly allocated chunk as a completion queue (see the field).
+    pub(super) fn into_completion_queue(mut self) -> Self {
+        self.completion_queue = true;
+        self
     }
 
     /// The pool the chunk came from (and goes back to).
@@ -85,8 +94,27 @@ impl MemChunk {
     pub fn is_host(&self) -> bool {
         self.location == MemLocation::Host
     }
-    /// The CPU mapping of a host chunk.
+    /// The CPU mapping of a host chunk. `None` for a device chunk, and for a completion queue: its memory is
+    /// accessed only through [`crate::zerocopy::CqConsumer`] (atomically, as its producer and every other
+    /// consumer do); a plain copy racing them would be a data race.
     pub fn host_buf(&self) -> Option<&HostBuf> {
+        self.host.as_ref().filter(|_| !self.completion_queue)
+    }
+
+    /// The CPU address of a host chunk's first byte (a completion queue's too), e.g. to map it elsewhere or
+    /// to hand it to [`crate::zerocopy::CqConsumer::from_raw`]; what is done through it is the caller's
+    /// `unsafe` business. `None` for a device chunk.
+    pub fn cpu_ptr(&self) -> Option<*mut u8> {
+        self.host.as_ref().map(|b| b.as_ptr())
+    }
+
+    /// Is this chunk a completion queue ([`crate::NeuronDevice::completion_queue`])?
+    pub fn is_completion_queue(&self) -> bool {
+        self.completion_queue
+    }
+
+    /// The buffer behind a host chunk, a completion queue's included (the op layer's own accesses).
+    pub(crate) fn buffer(&self) -> Option<&HostBuf> {
         self.host.as_ref()
     }
 
@@ -103,6 +131,9 @@ impl MemChunk {
     }
 
     fn host_mem(&self, what: &'static str) -> Result<&HostBuf> {
+        if self.completion_queue {
+            return Err(NdmaError::CompletionQueueMemory { what });
+        }
         self.host.as_ref().ok_or(NdmaError::NotHostMemory { what })
     }
 
@@ -110,7 +141,8 @@ impl MemChunk {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::OutOfRange`] for a range outside the chunk.
+    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::CompletionQueueMemory`] for a completion
+    /// queue, [`NdmaError::OutOfRange`] for a range outside the chunk.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_range("host chunk write", offset, data.len() as u64)?;
         Ok(self.host_mem("host chunk write")?.write_bytes(offset as usize, data)?)
@@ -120,7 +152,8 @@ impl MemChunk {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::OutOfRange`] for a range outside the chunk.
+    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::CompletionQueueMemory`] for a completion
+    /// queue, [`NdmaError::OutOfRange`] for a range outside the chunk.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         self.check_range("host chunk read", offset, out.len() as u64)?;
         Ok(self.host_mem("host chunk read")?.read_bytes(offset as usize, out)?)
@@ -130,7 +163,8 @@ impl MemChunk {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::OutOfRange`] for a range outside the chunk.
+    /// [`NdmaError::NotHostMemory`] for a device chunk, [`NdmaError::CompletionQueueMemory`] for a completion
+    /// queue, [`NdmaError::OutOfRange`] for a range outside the chunk.
     pub fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()> {
         self.check_range("host chunk fill", offset, len)?;
         Ok(self.host_mem("host chunk fill")?.fill(offset as usize, len as usize, value)?)

@@ -168,14 +168,30 @@ impl MemPool {
         self.alloc_host_in(platform, size, nc_id, true)
     }
 
+    /// [`MemPool::alloc_host_internal`] for a completion queue: a chunk whose memory is accessed only
+    /// atomically ([`MemChunk::is_completion_queue`]).
+    pub(crate) fn alloc_completion_queue(
+        &self,
+        platform: &dyn Platform,
+        size: u64,
+        nc_id: u32,
+    ) -> Result<Arc<MemChunk>> {
+        let chunk = self.alloc_chunk(platform, size, nc_id, true)?;
+        Ok(Arc::new(chunk.into_completion_queue()))
+    }
+
     fn alloc_host_in(&self, platform: &dyn Platform, size: u64, nc_id: u32, internal: bool) -> Result<Arc<MemChunk>> {
+        self.alloc_chunk(platform, size, nc_id, internal).map(Arc::new)
+    }
+
+    fn alloc_chunk(&self, platform: &dyn Platform, size: u64, nc_id: u32, internal: bool) -> Result<MemChunk> {
         let len = usize::try_from(size).ok().filter(|&l| l > 0).ok_or(NdmaError::NoMemory { what: "host", size })?;
         let buf = crate::platform::alloc_coherent(platform, len)?;
         let pa = buf.phys_addr() | self.pci_host_base;
         let mut inner = self.shared.lock();
         if internal { &mut inner.internal } else { &mut inner.host }.insert(pa, size);
         drop(inner);
-        Ok(Arc::new(MemChunk::new(MemLocation::Host, pa, size, nc_id, Some(buf), self.shared.clone())))
+        Ok(MemChunk::new(MemLocation::Host, pa, size, nc_id, Some(buf), self.shared.clone()))
     }
 
     /// Allocates a device (HBM) chunk of `size` bytes owned by NC `nc_id` (example on [`MemPool`]).

@@ -52,7 +52,7 @@ impl ZcRing {
         )?;
         let completion_dma = completion.phys_addr() | dev.dhal.pci_host_base();
         // The op layer's own: user-authored descriptors may not write completions into it.
-        let cq_chunk: Arc<MemChunk> = dev.alloc_host_internal(NDMA_H2D_COMPL_QUEUE_SIZE as u64, nc)?;
+        let cq_chunk: Arc<MemChunk> = dev.alloc_completion_queue(NDMA_H2D_COMPL_QUEUE_SIZE as u64, nc)?;
         Ok(ZcRing {
             queue: CtxQueue::new(NDMA_CTX_QUEUE_DEFAULT_CAPACITY, dev.zerocopy_pin_budget()),
             completion,

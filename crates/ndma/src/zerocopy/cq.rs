@@ -416,6 +416,18 @@ pub fn pending<M: CqMemory>(m: &M) -> u32 {
     tail.wrapping_sub(head).min(m.capacity())
 }
 
+/// The first byte of the queue in `chunk`, which must be a completion queue's chunk (at least
+/// [`NDMA_H2D_COMPL_QUEUE_SIZE`] bytes, the pool having checked its buffer is as long and 256-byte aligned).
+fn queue_base(chunk: &MemChunk) -> Result<*mut u8> {
+    if !chunk.is_completion_queue() {
+        return Err(NdmaError::NotCompletionQueue);
+    }
+    chunk.check_range("completion queue", 0, NDMA_H2D_COMPL_QUEUE_SIZE as u64)?;
+    let buf = chunk.buffer().ok_or(NdmaError::NotHostMemory { what: "completion queue" })?;
+    buf.check(0, NDMA_H2D_COMPL_QUEUE_SIZE)?;
+    Ok(buf.as_ptr())
+}
+
 /// The driver's side of a ring's queue: its memory (a host chunk user space can map) and the producer.
 pub(crate) struct CompletionQueue {
     chunk: Arc<MemChunk>,
@@ -426,8 +438,7 @@ impl CompletionQueue {
     /// `ndma_h2d_compl_queue_init`: the queue in `chunk` (a host chunk of at least
     /// [`NDMA_H2D_COMPL_QUEUE_SIZE`] bytes).
     pub(crate) fn new(chunk: Arc<MemChunk>) -> Result<CompletionQueue> {
-        chunk.check_range("completion queue", 0, NDMA_H2D_COMPL_QUEUE_SIZE as u64)?;
-        let base = chunk.host_buf().ok_or(NdmaError::NotHostMemory { what: "completion queue" })?.as_ptr();
+        let base = queue_base(&chunk)?;
         let producer = CqProducer::new(RawCq { base, _owner: Some(Arc::clone(&chunk)) });
         Ok(CompletionQueue { chunk, producer })
     }
@@ -465,11 +476,11 @@ impl CqConsumer {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::OutOfRange`] for a chunk smaller than the queue, then [`NdmaError::NotHostMemory`] for a
-    /// device chunk.
+    /// [`NdmaError::NotCompletionQueue`] for any other chunk: a consumer takes the queue's lock word and
+    /// clears entries, which would corrupt (or, on a lock word that is not 0, wait forever on) memory that
+    /// is not a queue.
     pub fn new(chunk: &Arc<MemChunk>) -> Result<CqConsumer> {
-        chunk.check_range("completion queue", 0, NDMA_H2D_COMPL_QUEUE_SIZE as u64)?;
-        let base = chunk.host_buf().ok_or(NdmaError::NotHostMemory { what: "completion queue" })?.as_ptr();
+        let base = queue_base(chunk)?;
         Ok(CqConsumer { mem: RawCq { base, _owner: Some(Arc::clone(chunk)) } })
     }
 
@@ -486,7 +497,7 @@ impl CqConsumer {
     /// use ndma::zerocopy::CqConsumer;
     ///
     /// let chunk = dev.completion_queue(0)?;
-    /// let base = chunk.host_buf().unwrap().as_ptr(); // another process would map the memory instead
+    /// let base = chunk.cpu_ptr().unwrap(); // another process would map the memory instead
     /// // SAFETY: `chunk` keeps the queue's memory mapped, 256-byte aligned, for as long as `cq` is used.
     /// let cq = unsafe { CqConsumer::from_raw(base) };
     /// assert_eq!(cq.header().capacity, 1024);
