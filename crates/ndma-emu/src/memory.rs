@@ -20,7 +20,7 @@
 //! decided by the DMA protocol (doorbell release, marker acquire), exactly as with real hardware.
 
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr;
 
 use memmap2::{MmapMut, MmapOptions};
@@ -76,7 +76,7 @@ impl MemSpace {
         let len = Self::checked_len(base, size)?;
         let map_err = |source| EmuError::Map { what, len: size, source };
         // SAFETY: the name is a NUL-terminated C string literal; memfd_create has no other preconditions.
-        let fd = unsafe { libc::memfd_create(c"ndma host DRAM".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe { libc::memfd_create(c"ndma host DRAM".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if fd < 0 {
             return Err(map_err(std::io::Error::last_os_error()));
         }
@@ -84,8 +84,16 @@ impl MemSpace {
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         // A sparse file: sizing it commits nothing.
         file.set_len(size).map_err(map_err)?;
+        // Sealed at that size: the descriptor is handed to other code and processes ([`MemSpace::share`]), and
+        // a file shrunk under a mapping turns every access past its new end into SIGBUS. No one can shrink,
+        // grow or unseal it now.
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor this function owns, with an integer argument.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(map_err(std::io::Error::last_os_error()));
+        }
         // SAFETY: the file is a memfd only this value (and the processes it is explicitly shared with) can
-        // reach, and it is never truncated while mapped. The mapping is accessed only through raw pointers
+        // reach, sealed against shrinking (above), so no access inside its size can fault. The mapping is accessed only through raw pointers
         // under the DMA protocol (module doc), never as a Rust slice another mapping could change under us.
         let mut map = unsafe { MmapOptions::new().len(len).no_reserve_swap().map_mut(&file) }.map_err(map_err)?;
         let ptr = map.as_mut_ptr();

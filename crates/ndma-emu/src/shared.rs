@@ -53,8 +53,10 @@ impl SharedMapping {
     ///
     /// # Errors
     ///
-    /// [`EmuError::InvalidConfig`] for `len == 0`, an offset not 256-byte aligned or a range that overflows;
-    /// [`EmuError::Map`] when the kernel refuses the mapping (a bad descriptor, a range past the file end).
+    /// [`EmuError::InvalidConfig`] for `len == 0`, an offset not 256-byte aligned, a range that overflows, or a
+    /// file not sealed against shrinking (a file shrunk under the mapping would fault every access past its
+    /// new end: host DRAM's memfd is sealed, [`crate::MemSpace::new_shared`]); [`EmuError::Map`] when the
+    /// kernel refuses the mapping (a bad descriptor, a range past the file end).
     pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize, pa: u64) -> Result<Self, EmuError> {
         if len == 0 {
             return Err(EmuError::InvalidConfig("a shared mapping cannot be empty"));
@@ -69,6 +71,12 @@ impl SharedMapping {
             .filter(|&l| offset.checked_add(len as u64).is_some() && l <= isize::MAX as usize)
             .ok_or(EmuError::InvalidConfig("a shared range overflows"))?;
         let map_err = |source| EmuError::Map { what: "shared host memory", len: len as u64, source };
+        // A file that can shrink could fault any access later: only a file sealed against it is mapped.
+        // SAFETY: fcntl(F_GET_SEALS), which takes no argument, on a descriptor the caller lent us.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(EmuError::InvalidConfig("a shared range's file must be sealed against shrinking"));
+        }
         // A file past whose end the range reaches would map, then SIGBUS on access: refuse it up front.
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: `st` is writable storage for one `stat`; fstat fully initialises it when it returns 0.
@@ -80,8 +88,8 @@ impl SharedMapping {
         if offset + len as u64 > file_size {
             return Err(map_err(std::io::Error::from_raw_os_error(libc::EINVAL)));
         }
-        // SAFETY: the file is a memfd whose owner never truncates it while it exists (checked large enough
-        // above). The bytes may change under us — that is the point of sharing — so they are only ever
+        // SAFETY: the file cannot shrink (sealed, checked above) and is large enough for the range (checked
+        // above), so no access to the mapping can fault. The bytes may change under us — that is the point of sharing — so they are only ever
         // accessed through raw pointers and atomics, never as a Rust slice.
         let mut map =
             unsafe { MmapOptions::new().offset(page_off).len(map_len).map_mut(fd.as_raw_fd()) }.map_err(map_err)?;

@@ -106,3 +106,40 @@ fn peer() {
     view.store_u32(FLAG_AT, 0x11, Ordering::Release).unwrap();
     assert!(view.write_bytes(LEN - 1, &[0, 0]).is_err(), "the view ends where the buffer ends");
 }
+
+/// Host DRAM's memfd is handed to other code and processes, so it is sealed at its size: shrinking it (which
+/// turned every access past the new end into SIGBUS, through safe accessors) is refused, and the memory stays
+/// readable through the owner and through a shared view.
+#[test]
+fn host_drams_memfd_cannot_be_shrunk_under_its_mappings() {
+    let host = Arc::new(HostMemory::new(1 << 20).unwrap());
+    let buf = host.alloc(4096, 4096).unwrap();
+    buf.fill(0, 4096, 0x5a).unwrap();
+    let view = SharedMapping::of(&buf.share().unwrap()).unwrap();
+    let fd = host.space().shared_fd().unwrap().try_clone_to_owned().unwrap();
+    let file = std::fs::File::from(fd);
+    let err = file.set_len(0).expect_err("sealed against shrinking");
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    assert_eq!(file.set_len(2 << 20).expect_err("and growing").raw_os_error(), Some(libc::EPERM));
+    let mut b = [0u8; 4];
+    view.read_bytes(0, &mut b).unwrap();
+    assert_eq!(b, [0x5a; 4]);
+    buf.read_bytes(4092, &mut b).unwrap();
+    assert_eq!(b, [0x5a; 4]);
+}
+
+/// A file that may shrink is not mapped: it could fault any later access.
+#[test]
+fn a_file_not_sealed_against_shrinking_is_refused() {
+    let path = std::env::temp_dir().join(format!("ndma-unsealed-{}", std::process::id()));
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    file.set_len(8192).unwrap();
+    // SAFETY: `file` outlives the borrow.
+    let fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) };
+    let err = SharedMapping::map(fd, 0, 8192, 0).expect_err("unsealed");
+    assert_eq!(
+        err.to_string(),
+        ndma_emu::EmuError::InvalidConfig("a shared range's file must be sealed against shrinking").to_string()
+    );
+}
