@@ -19,6 +19,18 @@ use crate::UdmaError;
 /// The device may read and write the region concurrently with the CPU; callers order their accesses with
 /// the doorbell (release) and the completion marker (acquire), as the driver does.
 ///
+/// # Concurrent CPU access
+///
+/// The word accessors ([`DmaMemory::word`], [`DmaMemory::load_u32`], [`DmaMemory::store_u32`]) are atomic.
+/// The byte accessors ([`DmaMemory::write_bytes`], [`DmaMemory::read_bytes`], [`DmaMemory::fill`]) are plain
+/// copies, at memcpy speed, like the device's own accesses: two CPU threads must not make conflicting
+/// accesses to the same bytes through them without ordering them (as the protocol that governs the memory
+/// does — a doorbell, a marker, a queue's indices), and the same goes for a byte copy against a word atomic.
+/// Rust cannot check that for a region shared with a device, and no accessor can be both as fast and free of
+/// it: atomic copies must use one access size for every overlapping access (mixing sizes is itself
+/// undefined), which would make every byte copy a byte-at-a-time loop. Memory whose every user accesses it
+/// atomically is not handed out with these accessors at all (the op layer's completion queues).
+///
 /// # Example
 ///
 /// An implementation over heap memory, and the bounds-checked accessors every implementation gets:
@@ -144,7 +156,8 @@ pub unsafe trait DmaMemory: Send + Sync {
     fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<(), UdmaError> {
         self.check(offset, src.len())?;
         // SAFETY: the destination range is inside the region (checked above) and `src` is a distinct Rust
-        // slice, so the ranges cannot overlap.
+        // slice, so the ranges cannot overlap. Concurrent access to the region's bytes is ordered by its users
+        // (see "Concurrent CPU access" above).
         unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(offset), src.len()) };
         Ok(())
     }
@@ -157,6 +170,7 @@ pub unsafe trait DmaMemory: Send + Sync {
     fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<(), UdmaError> {
         self.check(offset, dst.len())?;
         // SAFETY: the source range is inside the region (checked above); `dst` is a distinct exclusive slice.
+        // Concurrent access to the region's bytes is ordered by its users (see "Concurrent CPU access").
         unsafe { core::ptr::copy_nonoverlapping(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
@@ -168,7 +182,8 @@ pub unsafe trait DmaMemory: Send + Sync {
     /// [`UdmaError::OutOfBounds`] when the range does not fit.
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<(), UdmaError> {
         self.check(offset, len)?;
-        // SAFETY: the range is inside the region (checked above).
+        // SAFETY: the range is inside the region (checked above). Concurrent access to the region's bytes is
+        // ordered by its users (see "Concurrent CPU access").
         unsafe { core::ptr::write_bytes(self.as_ptr().add(offset), value, len) };
         Ok(())
     }
