@@ -225,10 +225,11 @@ pub fn run(instance: &str, emulation_flag: bool, timing: WaitTiming, progress: b
         paths: paths.clone(),
     };
     let banner = format!(
-        "ndma verify: seed {seed} · {} · {} engines · {} budgets · {} ordering · faults {}{} · {} threads · {}",
+        "ndma verify: seed {seed} · {} · {} engines · {} budgets · {} timing · {} ordering · faults {}{} · {} threads · {}",
         names.join(", "),
         header.engines,
         header.budgets,
+        header.timing,
         header.ordering,
         header.faults,
         match (a.faults, budgets) {
