@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use ndma::zerocopy::{CqConsumer, CqEntry};
-use ndma::{dhal, poll_plan, BatchOp, CtxHandle, HostBuf, NdmaError, Platform, System, Transfer, UserMm, PAGE_SIZE};
+use ndma::{
+    dhal, poll_plan, BatchOp, CtxHandle, HostBuf, NdmaError, NeuronDevice, Platform, System, Transfer, UserMm,
+    PAGE_SIZE,
+};
 use ndma_emu::test_utils::take_completions as take;
 use ndma_emu::test_utils::*;
 use ndma_emu::{AddressSpace, ClockKind, EmuDevice, EmuPlatform, EmuSystem, ExecPolicy, MapSpec};
@@ -294,6 +297,32 @@ fn a_prev_aborted_while_its_call_makes_room_is_reported() {
     assert!(read_vec(emu, &own, 0, 2 * PAGE).unwrap() == once, "prev ran once");
 }
 
+/// Runs `submit` on a thread named "submitter" that parks allocating NC 0's zero-copy state (the ring's first
+/// zero-copy use: under the ring lock, past the submit's stopped-check), drops `system` meanwhile, waits for
+/// the completion thread to stop, then lets the submit go on. Returns its result.
+fn submit_across_system_drop(
+    system: System,
+    alloc: &Gate,
+    submit: impl FnOnce(&NeuronDevice) -> ndma::Result<()> + Send + 'static,
+) -> ndma::Result<()> {
+    let dev = Arc::clone(&system.devices()[0]);
+    let submitter = {
+        let dev = Arc::clone(&dev);
+        std::thread::Builder::new().name("submitter".into()).spawn(move || submit(&dev)).unwrap()
+    };
+    alloc.wait_parked();
+    assert!(dev.zerocopy_status(1).unwrap().thread_running, "the submit started the thread");
+    // The system goes (the caller keeps the device): its drop stops the completion thread.
+    let dropper = std::thread::spawn(move || drop(system));
+    while dev.zerocopy_status(1).unwrap().thread_running {
+        std::thread::yield_now();
+    }
+    alloc.open();
+    let result = submitter.join().unwrap();
+    dropper.join().unwrap();
+    result
+}
+
 /// A System dropped while an async submit is between its checks and its enqueue (held here allocating the
 /// ring's zero-copy state, under the ring lock): the stopping completion thread must still complete what that
 /// submit queued — it looks at every ring once more before it leaves — instead of leaving an accepted request
@@ -308,28 +337,15 @@ fn an_async_request_accepted_while_its_system_drops_still_completes() {
     let va = mm.map(&MapSpec::new(4, Placement::Contiguous)).unwrap();
     mm.write(va, &pattern(12, 0, 4 * PAGE as usize)).unwrap();
     let mc = dev.alloc_device(4 * PAGE, 0).unwrap();
-    let submitter = {
-        let (dev, mm, mc) = (Arc::clone(&dev), Arc::clone(&mm), Arc::clone(&mc));
-        std::thread::Builder::new()
-            .name("submitter".into())
-            .spawn(move || {
-                let _enter = mm.enter();
-                let op = BatchOp { offset: 0, size: 4 * PAGE, buffer: va };
-                // NC 0's first zero-copy use: its zero-copy state is allocated under the ring lock.
-                dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 9, 90)
-            })
-            .unwrap()
+    let submit = {
+        let (mm, mc) = (Arc::clone(&mm), Arc::clone(&mc));
+        move |dev: &NeuronDevice| {
+            let _enter = mm.enter();
+            let op = BatchOp { offset: 0, size: 4 * PAGE, buffer: va };
+            dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 9, 90)
+        }
     };
-    alloc.wait_parked();
-    assert!(dev.zerocopy_status(1).unwrap().thread_running, "the submit started the thread");
-    // The system goes (the caller keeps the device): its drop stops the completion thread.
-    let dropper = std::thread::spawn(move || drop(system));
-    while dev.zerocopy_status(1).unwrap().thread_running {
-        std::thread::yield_now();
-    }
-    alloc.open();
-    assert_eq!(submitter.join().unwrap(), Ok(()), "the submit had passed its checks");
-    dropper.join().unwrap();
+    assert_eq!(submit_across_system_drop(system, &alloc, submit), Ok(()), "the submit had passed its checks");
     let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
     assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 9, compl_ret: 0, context: 90 }]);
     assert!(read_vec(emu.device(0), &mc, 0, 4 * PAGE).unwrap() == pattern(12, 0, 4 * PAGE as usize));
@@ -645,23 +661,8 @@ fn a_completed_request_queued_while_the_system_drops_still_completes() {
     let _open = OpenOnDrop(vec![Arc::clone(&alloc), Arc::clone(&delay)]);
     delay.open();
     let dev = Arc::clone(&system.devices()[0]);
-    let submitter = {
-        let dev = Arc::clone(&dev);
-        std::thread::Builder::new()
-            .name("submitter".into())
-            // NC 0's first zero-copy use: its state is allocated under the ring lock, after the check.
-            .spawn(move || dev.zerocopy_submit_completed(0, -1, 9, 0, 90))
-            .unwrap()
-    };
-    alloc.wait_parked();
-    assert!(dev.zerocopy_status(1).unwrap().thread_running, "the submit started the thread");
-    let dropper = std::thread::spawn(move || drop(system));
-    while dev.zerocopy_status(1).unwrap().thread_running {
-        std::thread::yield_now();
-    }
-    alloc.open();
-    assert_eq!(submitter.join().unwrap(), Ok(()), "the request was accepted");
-    dropper.join().unwrap();
+    let submit = |dev: &NeuronDevice| dev.zerocopy_submit_completed(0, -1, 9, 0, 90);
+    assert_eq!(submit_across_system_drop(system, &alloc, submit), Ok(()), "the request was accepted");
     let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
     let got = poll_one(&cq);
     assert_eq!(
