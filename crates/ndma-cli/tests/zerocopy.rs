@@ -155,6 +155,21 @@ fn async_requests_beyond_the_context_and_completion_queues_complete_exactly_as_p
     assert_eq!(v["leak_check"], clean_leak_check());
 }
 
+/// A request refused halfway (1100 pieces, a context queue holds 1023) is drained: its queued pieces are
+/// waited for, then a fence makes their device writes land. The fence's wait was budgeted for its lone marker
+/// (V3: nothing past the 1 µs first wait) rather than for the 64 MiB of writes it fences, and timed out — a
+/// timeout nobody injected, logged as an error, with a ring re-initialisation. The refusal alone is expected.
+#[test]
+fn a_request_refused_halfway_is_drained_without_a_timeout() {
+    let args = ["--instance", V3, "zerocopy", "--dir", "h2d", "--async", "--size", "64M", "--ops", "1100"];
+    // The default log level: the op layer logs a timeout and a ring re-initialisation as it meets them.
+    let o = Command::new(env!("CARGO_BIN_EXE_ndma")).args(args).env_remove("RUST_LOG").output().expect("run ndma");
+    let (code, err) = (o.status.code(), text(&o.stderr));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("context queue of NeuronCore 0 is full (errno -16, EBUSY)"), "{err}");
+    assert!(!err.contains("timed out") && !err.contains("re-initialised"), "{err}");
+}
+
 #[test]
 fn pre_pinned_transfers_pin_nothing() {
     let v = json_of(&["--instance", V3, "zerocopy", "--dir", "h2d", "--size", "1M", "--prepinned", "--requests", "2"]);

@@ -57,8 +57,12 @@ pub(crate) struct MarkerWait<'a> {
     pub completion: &'a dyn DmaMemory,
     /// Byte offset of the 8-byte marker slot: +0 the marker source, +4 the poll word.
     pub offset: usize,
-    /// Descriptors of the batch, marker included: the budget's basis and the ack count.
+    /// Descriptors of the batch, marker included: the ack count.
     pub count: u32,
+    /// Descriptors the budget is sized for: `count`, except for a fence, whose marker waits for the writes of
+    /// every piece it fences to land (a lone marker's own budget is next to nothing: V3 sizes it at 0 µs
+    /// past the first wait).
+    pub budget_for: u32,
     /// Async budget (first wait 1 µs, no device-to-device shortcut).
     pub is_async: bool,
     /// Neither end of the batch's data is host memory.
@@ -83,6 +87,7 @@ pub(crate) fn wait_for_completion(
         completion: &*ring.completion,
         offset: H2tRing::completion_slot(slot),
         count: ctx.pending_transfers,
+        budget_for: ctx.pending_transfers,
         is_async,
         is_d2d: ctx.is_d2d,
     };
@@ -103,9 +108,9 @@ pub(crate) fn wait_marker(
     queue: &M2mQueue<HostRing>,
     m: MarkerWait<'_>,
 ) -> Result<u64> {
-    let MarkerWait { completion, offset, count, is_async, is_d2d } = m;
+    let MarkerWait { completion, offset, count, budget_for, is_async, is_d2d } = m;
     let _span = tracing::debug_span!("wait_for_completion", nc = ring.nc, offset, count, is_async).entered();
-    let (first_wait, loops) = poll_plan(dhal, platform.is_emulation(), count, is_async, is_d2d);
+    let (first_wait, loops) = poll_plan(dhal, platform.is_emulation(), budget_for.max(count), is_async, is_d2d);
     // Resolve (and bounds-check) both marker words once, outside the poll loop.
     let src = completion.word(offset)?;
     let dst = completion.word(poll_word(offset))?;

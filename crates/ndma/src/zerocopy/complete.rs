@@ -41,6 +41,9 @@ pub(crate) struct ZcRing {
     completion_dma: u64,
     /// The async completion queue user space maps.
     pub cq: CompletionQueue,
+    /// Descriptors of host → device pieces issued since the last piece that carried the write barrier (or
+    /// the last fence): writes a fence may have to wait for, so its budget is sized for them.
+    unfenced: u64,
 }
 
 impl ZcRing {
@@ -58,6 +61,7 @@ impl ZcRing {
             completion,
             completion_dma,
             cq: CompletionQueue::new(cq_chunk)?,
+            unfenced: 0,
         })
     }
 }
@@ -124,6 +128,10 @@ impl RingGuard<'_> {
         let ctx = zc.queue.entry_mut(i);
         ctx.nr_desc = count - 1;
         ctx.state = ZcState::Submitted;
+        if ctx.to_device {
+            // The last piece's barrier lands every earlier write before its marker; the others leave theirs.
+            zc.unfenced = if ctx.last { 0 } else { zc.unfenced + u64::from(count) };
+        }
         let stats = &self.ring.stats;
         stats.add_descriptors(u64::from(count));
         stats.add_batches(1);
@@ -141,6 +149,7 @@ impl RingGuard<'_> {
             completion: &*zc.completion,
             offset: marker_slot(i),
             count: ctx.nr_desc + 1,
+            budget_for: ctx.nr_desc + 1,
             is_async: true,
             is_d2d: false,
         };
@@ -214,22 +223,28 @@ impl RingGuard<'_> {
         let (dhal, platform, ring, mmio) = (self.dev.dhal, &*self.dev.platform, self.ring, &*self.dev.bar0);
         let crate::ring::RingInner { queue, zc, .. } = &mut *self.inner;
         let Some(zc) = zc.as_mut() else { return };
-        let (completion, completion_dma) = (&*zc.completion, zc.completion_dma);
+        let (completion, completion_dma, unfenced) = (&*zc.completion, zc.completion_dma, &mut zc.unfenced);
         let drained = zc.queue.drain_request(request, keep, fence, |step| {
-            let (i, count) = match step {
-                DrainStep::Wait(i, ctx) => (i, ctx.nr_desc + 1),
+            let (i, count, budget_for, is_fence) = match step {
+                DrainStep::Wait(i, ctx) => (i, ctx.nr_desc + 1, ctx.nr_desc + 1, false),
                 DrainStep::Fence(i) => {
                     let count = stage_fence(dhal.arch(), queue, completion, completion_dma, i)?;
                     queue.copy_start(mmio, count, count)?;
                     ring.stats.add_descriptors(u64::from(count));
                     ring.stats.add_batches(1);
                     ring.stats.add_doorbells(2);
-                    (i, count)
+                    // Its marker lands once the writes it fences have: a budget for those too.
+                    let fenced = u32::try_from(*unfenced).unwrap_or(u32::MAX);
+                    (i, count, count.saturating_add(fenced), true)
                 }
             };
             let offset = marker_slot(i);
-            let m = MarkerWait { completion, offset, count, is_async: true, is_d2d: false };
-            wait_marker(dhal, platform, ring, queue, m).map(|_| ())
+            let m = MarkerWait { completion, offset, count, budget_for, is_async: true, is_d2d: false };
+            wait_marker(dhal, platform, ring, queue, m)?;
+            if is_fence {
+                *unfenced = 0;
+            }
+            Ok(())
         });
         if let Err(e) = &drained.result {
             // Nobody gets this error (the sequence is drained): the snapshot goes to the last-failure slot.
