@@ -89,13 +89,6 @@ pub struct StatsSnapshot {
     pub lock_sleeps: u64,
 }
 
-impl RingStats {
-    /// Zero-copy pieces issued so far.
-    pub(crate) fn zc_pieces(&self) -> u64 {
-        self.zc_pieces.load(Relaxed)
-    }
-}
-
 macro_rules! counters {
     ($($field:ident => $add:ident),* $(,)?) => {
         impl RingStats {

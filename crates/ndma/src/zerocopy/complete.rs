@@ -44,6 +44,16 @@ pub(crate) struct ZcRing {
     /// Descriptors of host → device pieces issued since the last piece that carried the write barrier (or
     /// the last fence): writes a fence may have to wait for, so its budget is sized for them.
     unfenced: u64,
+    /// The newest request (ids grow) that had a piece issued.
+    newest_issued: u64,
+}
+
+impl ZcRing {
+    /// Has a piece of `request` been issued? Exact for the newest request (the one being submitted under
+    /// the ring lock): no newer one's pieces can have been issued.
+    pub(crate) fn issued_request(&self, request: u64) -> bool {
+        self.newest_issued >= request
+    }
 }
 
 impl ZcRing {
@@ -62,6 +72,7 @@ impl ZcRing {
             completion_dma,
             cq: CompletionQueue::new(cq_chunk)?,
             unfenced: 0,
+            newest_issued: 0,
         })
     }
 }
@@ -128,6 +139,7 @@ impl RingGuard<'_> {
         let ctx = zc.queue.entry_mut(i);
         ctx.nr_desc = count - 1;
         ctx.state = ZcState::Submitted;
+        zc.newest_issued = zc.newest_issued.max(ctx.request);
         if ctx.to_device {
             // The last piece's barrier lands every earlier write before its marker; the others leave theirs.
             zc.unfenced = if ctx.last { 0 } else { zc.unfenced + u64::from(count) };

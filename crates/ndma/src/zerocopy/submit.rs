@@ -165,7 +165,6 @@ impl NeuronDevice {
             g.zc_check_backlog()?;
         }
         let id = g.zc()?.queue.new_request();
-        let issued_before = ring.stats.zc_pieces();
         let req = Request { id, ops, base, mc, to_device, seq: sequence_num, context, mm: &mm };
         let mut result = g.zc_enqueue(&req);
         if result.is_ok() && !is_async {
@@ -173,9 +172,9 @@ impl NeuronDevice {
         }
         if result.is_err() {
             // Pieces issued before the failure may have their device writes in flight: fence them. Only this
-            // request's pieces: another may carry the same sequence number. A call that issued no piece at
-            // all (refused at its first, say) has none of this request's writes in flight: no fence.
-            let issued = ring.stats.zc_pieces() != issued_before;
+            // request's pieces: another may carry the same sequence number. A request none of whose pieces was
+            // issued (refused at its first, say) has no write in flight: no fence.
+            let issued = g.zc()?.issued_request(id);
             g.zc_drain_request(id, None, to_device && issued);
         }
         if !is_async {
