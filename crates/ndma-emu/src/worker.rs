@@ -89,6 +89,9 @@ fn run(dev: &DeviceCore, eng: u32) {
         // by a waiting thread goes back to dozing), and only when no waiting thread would execute it.
         let turn = e.run_unless_busy(dev, &stopping);
         if turn.blocked {
+            if turn.ran {
+                e.stats.worker_ran(false);
+            }
             // Another thread holds the exec lock. An executor runs until idle, but a reset, a settle or a
             // statistics read lets go having run nothing, and nobody would then execute what we were rung
             // for: look again after a nap instead of sleeping until the next doorbell.
