@@ -65,6 +65,9 @@ failed (the command then exits 3)
   elapsed_s            wall time; ops_per_sec: operations per second
   failures             the first 20 findings: index (null for end-of-run checks), instance, kind, message,
                        op (the operation as drawn), replay (the command that replays it)
+  bystanders           with --bystanders (else null): staged, and what became of them: completed (landed
+                       before any recovery), replayed (re-staged by the recovery of a failure on their ring
+                       and completed byte-exact), aborted (abandoned: a copy over its own source)
   fuzz_descriptors     with --fuzz-descriptors (else null), summed over the archs fuzzed: iterations,
                        descriptors (written through copy_descriptors), copies (executed from accepted rings,
                        each checked against the accepted windows), written_despite_refusal (refused rings
@@ -97,6 +100,13 @@ pub struct VerifyArgs {
     /// drop_final_write, reset_window; on the zero-copy paths hole, pin_fail, short_pin.
     #[arg(long, value_enum, default_value = "none")]
     pub faults: FaultMode,
+    /// With --faults mix: a faulted classic-sync, memset or copy-descriptors operation runs while an unfaulted
+    /// async copy (a bystander, staged first on its ring, one in four a copy over its own source) is in
+    /// flight on the same ring. The op layer's recovery must re-stage the bystander (then it completes
+    /// byte-exact) or abort it (Aborted, only a copy over its own source), as the fault calls for; the report
+    /// counts bystanders completed in place, replayed and aborted.
+    #[arg(long)]
+    pub bystanders: bool,
     /// Share of operations that get a fault under --faults mix (0..=1).
     #[arg(long, default_value_t = DEFAULT_FAULT_RATE, value_parser = rate_arg)]
     pub fault_rate: f64,
@@ -182,6 +192,9 @@ pub fn run(instance: &str, emulation_flag: bool, timing: WaitTiming, progress: b
     // The global `--emulation-budgets` is `--budgets emulation`.
     let budgets = if emulation_flag { Budgets::Emulation } else { a.budgets };
     let instances = instances(instance)?;
+    if a.bystanders && a.faults != FaultMode::Mix {
+        return Err(CliError::Usage("--bystanders needs --faults mix (a bystander meets a faulted operation)".into()));
+    }
     let seed = a.seed.unwrap_or_else(random_seed);
     let out = a.json.out();
     let bound = match (a.count, a.duration) {
@@ -202,6 +215,7 @@ pub fn run(instance: &str, emulation_flag: bool, timing: WaitTiming, progress: b
         engines: a.engines,
         faults: a.faults,
         fault_rate: a.fault_rate,
+        bystanders: a.bystanders,
         big_rate: a.big_rate,
         budgets,
         ordering: a.ordering,
@@ -223,7 +237,9 @@ pub fn run(instance: &str, emulation_flag: bool, timing: WaitTiming, progress: b
         ordering: a.ordering.name(),
         threads: a.threads as usize,
         paths: paths.clone(),
+        bystanders: a.bystanders,
     };
+    let by = if a.bystanders { "; bystanders" } else { "" };
     let banner = format!(
         "ndma verify: seed {seed} · {} · {} engines · {} budgets · {} timing · {} ordering · faults {}{} · {} threads · {}",
         names.join(", "),
@@ -234,8 +250,10 @@ pub fn run(instance: &str, emulation_flag: bool, timing: WaitTiming, progress: b
         header.faults,
         match (a.faults, budgets) {
             (FaultMode::None, _) => String::new(),
-            (FaultMode::Mix, Budgets::Silicon) => format!(" ({})", a.fault_rate),
-            (FaultMode::Mix, Budgets::Emulation) => format!(" ({}; no kind that needs a timeout)", a.fault_rate),
+            (FaultMode::Mix, Budgets::Silicon) => format!(" ({}{})", a.fault_rate, by),
+            (FaultMode::Mix, Budgets::Emulation) => {
+                format!(" ({}; no kind that needs a timeout{})", a.fault_rate, by)
+            }
         },
         a.threads,
         match (a.replay, bound) {

@@ -157,6 +157,7 @@ pub fn draw_context(cfg: &Config, devices: u32, ncs: u32, retry_arch: bool, asyn
         fault_kinds: fault_kinds(cfg, retry_arch),
         big_rate: cfg.big_rate,
         async_zerocopy,
+        bystanders: cfg.bystanders,
     }
 }
 

@@ -124,6 +124,9 @@ pub struct Config {
     pub faults: FaultMode,
     /// Share of operations that get a fault under [`FaultMode::Mix`].
     pub fault_rate: f64,
+    /// `--bystanders`: a faulted operation of a classic path runs with an unfaulted async copy in flight on
+    /// its ring ([`super::bystander`]).
+    pub bystanders: bool,
     /// Share of segments drawn from the large size classes (batch boundary, several batches).
     pub big_rate: f64,
     /// Poll budgets.
@@ -153,6 +156,7 @@ impl Config {
             engines: Engines::Threaded,
             faults: FaultMode::None,
             fault_rate: DEFAULT_FAULT_RATE,
+            bystanders: false,
             big_rate: super::size::DEFAULT_BIG_RATE,
             budgets: Budgets::Silicon,
             ordering: Ordering::Adversarial,

@@ -11,6 +11,7 @@ use std::time::Instant;
 use ndma::{NeuronDevice, ResetClock, StatsSnapshot};
 
 use super::buffers::Side;
+use super::bystander;
 use super::check::{self, Clues, Expect, Region};
 use super::expect::{self, Expected, Window};
 use super::fault::{self, FaultKind, FaultSpec, Observed};
@@ -32,13 +33,29 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
         }
     };
     let before = spec.fault.map(|_| ring_stats(bed.dev));
-    let armed = match spec.fault.map(|f| fault::arm(bed, f, spec.seed, spec.nc())).transpose() {
-        Ok(a) => a,
+    // A bystander is staged on the paused queue before the fault is armed, so the fault meets the
+    // operation's own batch ([`bystander`]).
+    let mut by = match spec.bystander.map(|b| bystander::stage(bed, spec, b)).transpose() {
+        Ok(b) => b,
         Err(e) => {
-            rec.find(FindingKind::Setup, format!("arming the fault: {e}"));
+            rec.find(FindingKind::Setup, format!("staging the bystander: {e}"));
             return rec;
         }
     };
+    let ahead = by.as_ref().map_or(0, bystander::Staged::pairs);
+    let armed = match spec.fault.map(|f| fault::arm_behind(bed, f, spec.seed, spec.nc(), ahead)).transpose() {
+        Ok(a) => a,
+        Err(e) => {
+            rec.find(FindingKind::Setup, format!("arming the fault: {e}"));
+            if let Some(b) = by {
+                b.finish(bed, None, None, 0, &mut rec);
+            }
+            return rec;
+        }
+    };
+    if let Some(b) = by.as_mut() {
+        b.resume(bed);
+    }
     let t0 = Instant::now();
     let started = bed.dev.platform().jiffies();
     let ran = catch_unwind(AssertUnwindSafe(|| path::run(bed, spec, &prep)));
@@ -77,6 +94,10 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
             rec.find(FindingKind::Panic, format!("the op layer panicked: {}", panic_message(&*panic)));
             rec.leak_check_due = true;
         }
+    }
+    if let Some(b) = by {
+        let ring_before = before.as_ref().and_then(|b| b.get(&spec.nc()));
+        b.finish(bed, ring_before, observed.as_ref(), retries, &mut rec);
     }
     drop(prep);
     if let Some(before) = before {
@@ -266,7 +287,7 @@ fn probe(bed: Bed<'_>, nc: u32) -> Result<(), String> {
 
 /// Checks segment `i`: its source untouched, its destination's guards intact, its window as `w` says (minus
 /// `excused`, the one descriptor a benign corruption covered). Returns the mismatches.
-fn check_segment(
+pub(super) fn check_segment(
     bed: Bed<'_>,
     spec: &OpSpec,
     prep: &Prepared,

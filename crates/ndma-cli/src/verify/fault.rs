@@ -234,6 +234,17 @@ impl Observed {
 ///
 /// An NC without an H2T ring.
 pub fn arm(bed: Bed<'_>, spec: FaultSpec, op_seed: u64, nc: u32) -> CliResult<Armed> {
+    arm_behind(bed, spec, op_seed, nc, 0)
+}
+
+/// As [`arm`], on a ring where `ahead` descriptor pairs of another transfer (a bystander) were handed over
+/// before and are fetched first: a corruption planned for the operation's `n`th fetch is planned for the
+/// `ahead + n`th of the queue.
+///
+/// # Errors
+///
+/// An NC without an H2T ring.
+pub fn arm_behind(bed: Bed<'_>, spec: FaultSpec, op_seed: u64, nc: u32, ahead: u64) -> CliResult<Armed> {
     let (eng, qid) = bed.dev.h2t_queue(nc).op_ctx(|| format!("the H2T queue of NC {nc}"))?;
     let plan = bed.emu.fault_plan();
     plan.clear();
@@ -246,7 +257,7 @@ pub fn arm(bed: Bed<'_>, spec: FaultSpec, op_seed: u64, nc: u32) -> CliResult<Ar
         FaultKind::Hang => plan.add(PlannedFault::Hang { engine: eng, qid, persistent: false }),
         FaultKind::Delay => plan.add(PlannedFault::Delay { engine, per_desc_us: spec.param }),
         FaultKind::Bandwidth => plan.add(PlannedFault::Bandwidth { engine, bytes_per_sec: spec.param }),
-        FaultKind::Corrupt => plan.add(PlannedFault::Corrupt { engine: eng, qid, nth: spec.param }),
+        FaultKind::Corrupt => plan.add(PlannedFault::Corrupt { engine: eng, qid, nth: ahead + spec.param }),
         FaultKind::DropFinalWrite => plan.add(PlannedFault::DropFinalWrite { engine: eng, qid }),
         FaultKind::ResetWindow => {
             bed.emu.reset_nc(nc, spec.param);

@@ -24,6 +24,7 @@
 //! faulted ones were measured to stage, and every timeout must have been injected.
 
 pub mod buffers;
+pub mod bystander;
 pub mod campaign;
 pub mod check;
 pub mod config;

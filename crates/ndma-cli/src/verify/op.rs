@@ -3,6 +3,7 @@
 use rand::RngExt;
 use serde::Serialize;
 
+use super::bystander::{self, Bystander};
 use super::config::FaultMode;
 use super::fault::{FaultKind, FaultSpec};
 use super::path::{self, PathKind};
@@ -102,6 +103,8 @@ pub struct OpSpec {
     pub detail: Detail,
     /// The fault injected on the first segment's ring, if any.
     pub fault: Option<FaultSpec>,
+    /// `--bystanders`: an unfaulted async copy in flight on the faulted ring while the operation runs.
+    pub bystander: Option<Bystander>,
 }
 
 fn ser_dir<S: serde::Serializer>(d: &Dir, s: S) -> Result<S::Ok, S::Error> {
@@ -127,7 +130,10 @@ impl OpSpec {
             .iter()
             .map(|s| format!("NC {} (src NC {} +{}, dst NC {} +{})", s.nc, s.src_nc, s.src_off, s.dst_nc, s.dst_off))
             .collect();
-        let fault = self.fault.map_or_else(|| "none".to_string(), |f| f.describe());
+        let mut fault = self.fault.map_or_else(|| "none".to_string(), |f| f.describe());
+        if let Some(b) = &self.bystander {
+            fault.push_str(&format!("; bystander: {}", b.describe()));
+        }
         format!(
             "{} {} of {} B on device {} — {}; {:?}; fault: {fault}",
             self.path.name(),
@@ -161,6 +167,8 @@ pub struct DrawContext {
     pub big_rate: f64,
     /// The instance has async zero-copy (V3): a faulted async zero-copy operation must reach the engine.
     pub async_zerocopy: bool,
+    /// `--bystanders`: a faulted operation of a classic path gets a bystander on its ring.
+    pub bystanders: bool,
 }
 
 /// The state of one operation's draw, handed to its path.
@@ -240,6 +248,7 @@ impl OpSpec {
             segments: drawn.segments,
             detail: drawn.detail,
             fault: None,
+            bystander: None,
         };
         if faulted {
             let kind = kinds[d.rng.random_range(0..kinds.len())];
@@ -249,6 +258,10 @@ impl OpSpec {
                 let pairs = plan::fetch_order(&spec).len() as u64;
                 FaultSpec::draw(&mut d.rng, kind, pairs)
             });
+            // Drawn last, and only with the flag: without it every operation draws as before.
+            if ctx.bystanders && bystander::applies(path, kind) {
+                spec.bystander = Some(Bystander::draw(&mut d, nc));
+            }
         }
         spec
     }
@@ -269,6 +282,7 @@ mod tests {
             fault_kinds: FaultKind::ALL.to_vec(),
             big_rate: 0.0,
             async_zerocopy: true,
+            bystanders: false,
         }
     }
 

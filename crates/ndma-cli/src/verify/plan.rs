@@ -162,6 +162,7 @@ mod tests {
             segments: vec![Segment { nc: 1, src_nc: 0, dst_nc: 1, size, src_off: 0, dst_off: 0 }],
             detail: Detail::Classic { idiomatic: false },
             fault: None,
+            bystander: None,
         }
     }
 

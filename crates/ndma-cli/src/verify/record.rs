@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::bystander::Fate;
 use super::fault::FaultKind;
 use super::op::OpSpec;
 use super::plan::RingWork;
@@ -108,6 +109,8 @@ pub struct OpRecord {
     pub work: Work,
     /// Timeouts its rings counted (measured for a faulted operation).
     pub timeouts: u64,
+    /// What became of its bystander, if it had one that was waited for.
+    pub bystander: Option<Fate>,
     /// A leak check is due (a failure happened) and has not been made.
     pub leak_check_due: bool,
     /// Failures.
@@ -126,6 +129,7 @@ impl OpRecord {
             benign_corruption: false,
             work: Work::Unknown,
             timeouts: 0,
+            bystander: None,
             leak_check_due: false,
             findings: Vec::new(),
         }

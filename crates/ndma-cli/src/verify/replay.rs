@@ -22,6 +22,9 @@ pub fn command(cfg: &Config, index: u64) -> String {
     }
     if cfg.faults == FaultMode::Mix {
         c.push_str(&format!(" --faults mix --fault-rate {}", cfg.fault_rate));
+        if cfg.bystanders {
+            c.push_str(" --bystanders");
+        }
     }
     if cfg.timing == WaitTiming::Driver {
         // A global option: it goes before the subcommand.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::bystander::Fate;
 use super::fault::FaultKind;
 use super::path::PathKind;
 use super::plan::RingWork;
@@ -76,6 +77,10 @@ pub struct Tally {
     pub unknown_work: u64,
     /// Timeouts counted by the rings during faulted operations (injected).
     pub injected_timeouts: u64,
+    /// Bystanders staged (`--bystanders`).
+    pub bystanders: u64,
+    /// What became of them, by fate (those whose wait ended in neither success nor `Aborted` have none).
+    pub bystander_fates: BTreeMap<Fate, u64>,
     /// The first failures in full.
     pub failures: Vec<Failure>,
 }
@@ -115,6 +120,10 @@ impl Tally {
             Work::Unknown => self.unknown_work += 1,
         }
         self.injected_timeouts += rec.timeouts;
+        self.bystanders += u64::from(spec.bystander.is_some());
+        if let Some(f) = rec.bystander {
+            *self.bystander_fates.entry(f).or_default() += 1;
+        }
         for f in &rec.findings {
             *self.findings.entry(f.kind).or_default() += 1;
             if self.failures.len() < KEPT_FAILURES {
@@ -174,6 +183,10 @@ impl Tally {
         }
         self.unknown_work += o.unknown_work;
         self.injected_timeouts += o.injected_timeouts;
+        self.bystanders += o.bystanders;
+        for (k, v) in o.bystander_fates {
+            *self.bystander_fates.entry(k).or_default() += v;
+        }
         let room = KEPT_FAILURES.saturating_sub(self.failures.len());
         self.failures.extend(o.failures.into_iter().take(room));
     }
@@ -275,10 +288,25 @@ pub struct Report {
     pub ops_per_sec: f64,
     /// The first failures.
     pub failures: Vec<Failure>,
+    /// `--bystanders`: what became of the bystanders (null without the flag).
+    pub bystanders: Option<BystanderReport>,
     /// `--fuzz-descriptors`: what the descriptor fuzz did (null for a transfer campaign).
     pub fuzz_descriptors: Option<FuzzReport>,
     /// No finding at all.
     pub passed: bool,
+}
+
+/// The `bystanders` object of the JSON.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BystanderReport {
+    /// Bystanders staged.
+    pub staged: u64,
+    /// Landed before any recovery: done in place.
+    pub completed: u64,
+    /// Re-staged by a recovery (or V2 retry) and completed byte-exact.
+    pub replayed: u64,
+    /// Abandoned by a recovery (copies over their own source): `Aborted` from their wait.
+    pub aborted: u64,
 }
 
 /// The `fuzz_descriptors` object of the JSON.
@@ -321,6 +349,8 @@ pub struct Header {
     pub threads: usize,
     /// Paths.
     pub paths: Vec<PathKind>,
+    /// `--bystanders`.
+    pub bystanders: bool,
 }
 
 impl Report {
@@ -371,6 +401,15 @@ impl Report {
                 f.sort_by_key(|f| (f.index.is_none(), f.index));
                 f
             },
+            bystanders: h.bystanders.then(|| {
+                let n = |f| t.bystander_fates.get(&f).copied().unwrap_or(0);
+                BystanderReport {
+                    staged: t.bystanders,
+                    completed: n(Fate::Completed),
+                    replayed: n(Fate::Replayed),
+                    aborted: n(Fate::Aborted),
+                }
+            }),
             fuzz_descriptors: None,
             passed: t.passed(),
         }
@@ -398,6 +437,12 @@ impl Report {
                 } else {
                     String::new()
                 }
+            ));
+        }
+        if let Some(b) = &self.bystanders {
+            out.push_str(&format!(
+                "bystanders: {} staged: {} completed in place, {} replayed, {} aborted\n",
+                b.staged, b.completed, b.replayed, b.aborted
             ));
         }
         if let Some(s) = &self.slowest {
