@@ -12,6 +12,7 @@ use std::process::Command;
 
 use ndma::{Instance, Platform, ResetClock};
 use ndma_cli::verify::buffers::Side;
+use ndma_cli::verify::bystander::Fate;
 use ndma_cli::verify::campaign::{self, Selection};
 use ndma_cli::verify::check::{self, Clues, Expect, Region};
 use ndma_cli::verify::config::{Bound, Budgets, Config, Engines, FaultMode, Ordering};
@@ -541,4 +542,91 @@ fn driver_timing_reaches_the_testbed_the_replay_command_and_the_report() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
     assert_eq!(v["timing"], "driver");
+}
+
+/// What the draw of `c` (on `ctx`) calls for of the bystanders of its operations: `(staged, completed, replayed,
+/// aborted)`, a reset window's hang aside (V2: whether it met its queue is a matter of timing). A hang takes the
+/// bystander's work (the first the queue claims after it is armed): the recovery after the faulted operation's
+/// timeout re-stages the bystander, or aborts it when it reads what it writes; under any other fault it lands
+/// first and is completed in place.
+fn bystander_fates(c: &Config, ctx: &DrawContext) -> (u64, u64, u64, u64) {
+    let Bound::Count(n) = c.bound else { unreachable!("a counted campaign") };
+    let mut f = (0, 0, 0, 0);
+    for k in 0..n {
+        let s = OpSpec::draw(ctx, k);
+        let Some(b) = s.bystander else { continue };
+        f.0 += 1;
+        match (s.fault.map(|x| x.kind), b.self_copy) {
+            (Some(FaultKind::Hang), None) => f.2 += 1,
+            (Some(FaultKind::Hang), Some(_)) => f.3 += 1,
+            _ => f.1 += 1,
+        }
+    }
+    f
+}
+
+fn fates(t: &Tally) -> (u64, u64, u64, u64) {
+    let n = |f| t.bystander_fates.get(&f).copied().unwrap_or(0);
+    (t.bystanders, n(Fate::Completed), n(Fate::Replayed), n(Fate::Aborted))
+}
+
+/// On V3 (no reset-window hang) what becomes of every bystander follows from its draw alone, and the campaign
+/// — which checks each one's bytes, its replays and aborts against the ring's counters, and every ring's
+/// counters at the end — sees exactly that.
+#[test]
+fn bystanders_meet_the_recovery_exactly_as_their_faults_call_for_on_v3() {
+    let mut c = faults(config(0xb157, TRN2_ONE, Engines::Inline, 400), 0.4);
+    c.bystanders = true;
+    let want = bystander_fates(&c, &campaign::draw_context(&c, 1, udma::Arch::V3.ncs_per_device(), false, true));
+    assert!(want.1 > 0 && want.2 > 0 && want.3 > 0, "the seed draws every fate: {want:?}");
+    let t = passes(&c);
+    assert_eq!(fates(&t), want);
+}
+
+/// On V2 a reset window met by the faulted operation hangs the bystander too: it is replayed with the retry
+/// (or aborted, reading what it writes) — beyond what the hangs call for.
+#[test]
+fn bystanders_on_v2_threaded_engines() {
+    let mut c = faults(config(0xb158, Instance::TRN1_2XLARGE, Engines::Threaded, 400), 0.4);
+    c.bystanders = true;
+    let (staged, _, replayed, aborted) = bystander_fates(&c, &trn1_draws(&c));
+    assert!(replayed > 0 && aborted > 0, "{replayed} {aborted}");
+    let t = passes(&c);
+    let got = fates(&t);
+    assert_eq!(got.0, staged);
+    assert_eq!(got.1 + got.2 + got.3, staged, "every bystander ended in success or Aborted: {got:?}");
+    assert!(got.2 >= replayed && got.3 >= aborted, "{got:?}");
+}
+
+#[test]
+fn the_bystanders_json_is_documented_and_the_flag_needs_faults() {
+    let o = ndma(&[
+        "verify",
+        "--count",
+        "60",
+        "--seed",
+        "0xb157",
+        "--engines",
+        "inline",
+        "--faults",
+        "mix",
+        "--fault-rate",
+        "0.5",
+        "--bystanders",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let b = &v["bystanders"];
+    let n = |k: &str| b[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+    assert!(n("staged") > 0, "{v}");
+    assert_eq!(n("completed") + n("replayed") + n("aborted"), n("staged"), "{v}");
+    let help = String::from_utf8_lossy(&ndma(&["verify", "--help"]).stdout).into_owned();
+    support::documented("verify", &help, &v);
+    let o = ndma(&["verify", "--count", "1", "--bystanders"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let o = ndma(&["verify", "--count", "0", "--json", "-"]);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(v["bystanders"], Value::Null);
 }

@@ -22,6 +22,10 @@
 //! operation it was drawn for and the counters it moves can be measured. At the end the ring counters of
 //! every ring must equal what the successful operations should have staged ([`plan`]) plus what the
 //! faulted ones were measured to stage, and every timeout must have been injected.
+//!
+//! With `--bystanders` a faulted operation of a classic path runs with an unfaulted async copy in flight on
+//! its ring, staged before its fault is armed ([`bystander`]): the recovery of the other transfers on a failed
+//! ring (re-stage, complete in place, abort) is judged by what the fault calls for, byte for byte.
 
 pub mod buffers;
 pub mod bystander;
