@@ -69,7 +69,12 @@ impl RingGuard<'_> {
             self.ring.stats.add_aborts(1);
             return Err(NdmaError::Aborted(wait_slot as i32));
         }
-        if self.inner.contexts[wait_slot].in_flight == 0 {
+        let ctx = &self.inner.contexts[wait_slot];
+        if ctx.in_flight == 0 {
+            // Nothing in flight: it completed (a re-initialisation may have found it landed). A context with
+            // bytes left would be one a recovery neither re-staged nor aborted: reporting it done would lose
+            // its bytes without a word.
+            debug_assert_eq!(ctx.remaining, 0, "context {wait_slot}: bytes left and nothing in flight");
             return Ok(());
         }
         let mut is_async = wait_slot != staged_slot;
