@@ -23,7 +23,7 @@
 //! stores to the fetch.
 
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -121,9 +121,11 @@ pub(crate) struct Engine {
     pub(crate) stats: CacheAligned<EngineCounters>,
     /// Per queue pair: the last time the engine stopped on it or lost one of its writes (a leaf lock).
     stops: Mutex<[Option<QueueStop>; udma::DMA_MAX_Q as usize]>,
-    /// A batch is being executed (set and cleared under `exec`): readers that must see the whole of a batch
-    /// whose writes they saw wait for it to clear.
-    busy: AtomicBool,
+    /// Batch sequence, written under `exec`: odd while a batch executes, even between batches (each batch adds
+    /// 2). A reader that must see the whole of a batch whose writes it saw waits for the batch running when it
+    /// looked to end — the number to change — not for the engine to be idle, which a worker running batch
+    /// after batch may never be.
+    batch: AtomicU64,
 }
 
 /// Keeps a value on cache lines of its own (two lines: adjacent-line prefetch pairs them), so writes from
@@ -237,7 +239,7 @@ impl Engine {
             signal: WorkerSignal::new(),
             stats: CacheAligned(EngineCounters::default()),
             stops: Mutex::new([None; udma::DMA_MAX_Q as usize]),
-            busy: AtomicBool::new(false),
+            batch: AtomicU64::new(0),
         }
     }
 
@@ -525,14 +527,15 @@ impl Engine {
             }
             Pick::Run(claim) => claim,
         };
-        // Written only under `exec`, so a plain store. Relaxed: it comes before any write of the batch in
-        // program order, so the Release store of the batch's marker publishes it to whoever sees the marker.
-        self.busy.store(true, Ordering::Relaxed);
+        // Written only under `exec`, so a plain load and store. Relaxed: it comes before any write of the batch
+        // in program order, so the Release store of the batch's marker publishes it to whoever sees the marker.
+        let seq = self.batch.load(Ordering::Relaxed);
+        self.batch.store(seq + 1, Ordering::Relaxed);
         let (end, more) = self.run_batch(dev, &mut exec, claim);
         self.report(dev, end);
         // Release: the batch's cursors, counters and records are final for a reader whose Acquire load sees
         // it over. Before the waiters are woken: a reader waiting for it is one of them.
-        self.busy.store(false, Ordering::Release);
+        self.batch.store(seq + 2, Ordering::Release);
         drop(exec);
         dev.activity.waiters.notify();
         Step::Ran { more }
@@ -928,10 +931,15 @@ impl Engine {
     /// held leave the work to the reader.
     fn wait_batches_over(&self, dev: &DeviceCore) {
         // Acquire: pairs with the Release store that ends a batch.
-        while self.busy.load(Ordering::Acquire) {
+        let running = self.batch.load(Ordering::Acquire);
+        if running % 2 == 0 {
+            return;
+        }
+        // Until that batch is over (the next may already run: its writes are not ones the caller saw).
+        while self.batch.load(Ordering::Acquire) == running {
             // Registered before the second look: the batch's end either shows in it or unparks us (`Waiters`).
             let _waiting = dev.activity.waiters.register();
-            if self.busy.load(Ordering::Acquire) {
+            if self.batch.load(Ordering::Acquire) == running {
                 crate::sync::park_timeout(Duration::from_millis(1));
             }
         }
