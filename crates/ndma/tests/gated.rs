@@ -5,7 +5,7 @@
 //! the op layer does at the moment it unpins user pages (the calling task's address space is handed out
 //! wrapped in turn, and every unpin records what the ring's queue still held then).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use ndma::zerocopy::{CqConsumer, CqEntry};
@@ -109,8 +109,8 @@ impl UserMm for SpyMm {
     }
 }
 
-/// The model's platform, with a gate in `delay_until` and one in `alloc_coherent`, handing out address
-/// spaces that record their unpins — one spy per address space, as `current_mm` must (the op layer tells
+/// The model's platform, with a gate in `delay_until` and one in `alloc_coherent` (which can also hand out
+/// a buffer shorter than asked, as a safe `Platform` may), handing out address spaces that record their unpins — one spy per address space, as `current_mm` must (the op layer tells
 /// address spaces apart by their `Arc`).
 struct GatedPlatform {
     inner: Arc<EmuPlatform>,
@@ -118,6 +118,8 @@ struct GatedPlatform {
     alloc: Arc<Gate>,
     watch: Arc<Watch>,
     spies: Mutex<Vec<Spied>>,
+    /// A length `alloc_coherent` answers with a 256-byte buffer (0: none).
+    short: AtomicUsize,
     late: Late,
 }
 
@@ -176,7 +178,9 @@ impl Platform for GatedPlatform {
     }
     fn alloc_coherent(&self, len: usize) -> ndma::Result<HostBuf> {
         self.alloc.pass();
-        self.inner.alloc_coherent(len)
+        // Relaxed: a knob the test thread sets before the allocations it is for.
+        let short = self.short.load(Ordering::Relaxed);
+        self.inner.alloc_coherent(if len == short { 256 } else { len })
     }
     fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64> {
         self.inner.virt_to_phys(cpu, len)
@@ -225,6 +229,7 @@ impl Gated {
             alloc: a,
             watch: w,
             spies: Mutex::default(),
+            short: AtomicUsize::new(0),
             late: Late::default(),
         });
         let hw = emu.devices().iter().map(|d| ndma_emu::device_hw(d).unwrap()).collect();
@@ -670,4 +675,45 @@ fn a_completed_request_queued_while_the_system_drops_still_completes() {
         (Some(CqEntry { sequence_num: 9, compl_ret: 0, context: 90 }), 0),
         "the accepted request was never completed"
     );
+}
+
+// What the op layer relies on from a `Platform` it cannot trust: `alloc_coherent` promises at least the
+// length asked for, 256-byte aligned, but `Platform` is a safe trait. A buffer that falls short is refused
+// (`NoMemory`): the op layer used to record the size it asked for, and its bounds checks, its completion
+// queue and DMA windows ran past the buffer into the next allocation.
+
+/// The allocation a short buffer's refusal names.
+const SHORT_WHAT: &str = "coherent host (short or misaligned buffer)";
+
+#[test]
+fn a_pool_refuses_a_host_buffer_shorter_than_asked() {
+    let g = Gated::new();
+    g.platform.short.store(8192, Ordering::Relaxed);
+    let pool = ndma::memory::MemPool::new(0x10_0000_0000, 1 << 20, 0).unwrap();
+    assert_eq!(
+        pool.alloc_host(&*g.platform, 8192, 0).err(),
+        Some(NdmaError::NoMemory { what: SHORT_WHAT, size: 8192 })
+    );
+    let fine = pool.alloc_host(&*g.platform, 4096, 0).unwrap();
+    assert_eq!((fine.size(), fine.host_buf().unwrap().len()), (4096, 4096));
+}
+
+#[test]
+fn a_device_on_a_short_platform_refuses_the_chunk_and_the_completion_queue_and_stays_usable() {
+    let g = Gated::new();
+    let dev = &g.system.devices()[0];
+    g.platform.short.store(8192, Ordering::Relaxed);
+    assert_eq!(dev.alloc_host(8192, 0).err(), Some(NdmaError::NoMemory { what: SHORT_WHAT, size: 8192 }));
+    let (src, dst) = (dev.alloc_host(4096, 0).unwrap(), dev.alloc_device(8192, 0).unwrap());
+    src.fill(0, 4096, 0x5c).unwrap();
+    dev.memcpy_mc(&src, &dst, 0, 0, 4096).unwrap();
+    let back = dev.alloc_host(4096, 0).unwrap();
+    dev.memcpy_mc(&dst, &back, 0, 0, 4096).unwrap();
+    let mut out = vec![0u8; 4096];
+    back.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 0x5c));
+    // The ring's zero-copy state (and its completion queue) is made on first use.
+    let cq = ndma::zerocopy::NDMA_H2D_COMPL_QUEUE_SIZE;
+    g.platform.short.store(cq, Ordering::Relaxed);
+    assert_eq!(dev.completion_queue(0).err(), Some(NdmaError::NoMemory { what: SHORT_WHAT, size: cq as u64 }));
 }
