@@ -614,6 +614,7 @@ fn a_failed_pin_in_the_completion_thread_drains_only_its_own_request() {
     dev.zerocopy_submit(0, &[page(2)], &mc, 0, -1, true, 5, 51).unwrap();
     assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 3, "every piece deferred");
     // The thread pins A's two pieces, then fails B's at the hole, in one pass.
+    let before = dev.ring_stats(0).unwrap();
     dev.set_zerocopy_pin_budget(1 << 20);
     let got = take(&cq, 2);
     assert_eq!(
@@ -627,6 +628,12 @@ fn a_failed_pin_in_the_completion_thread_drains_only_its_own_request() {
     let back = read_vec(emu, &mc, 0, 3 * PAGE).unwrap();
     assert!(back[..2 * PAGE as usize] == data[..], "A's pages landed");
     assert!(back[2 * PAGE as usize..].iter().all(|&b| b == DST_FILL), "B moved nothing");
+    let s = dev.ring_stats(0).unwrap().since(&before);
+    assert_eq!(
+        (s.batches, s.descriptors),
+        (2, 4),
+        "A's two pieces (a page and the marker each); B issued nothing to fence"
+    );
     z.assert_no_leaks("a failed pin beside the same sequence number");
 }
 

@@ -50,7 +50,8 @@ pub(crate) struct ZcRing {
 
 impl ZcRing {
     /// Has a piece of `request` been issued? Exact for the newest request (the one being submitted under
-    /// the ring lock): no newer one's pieces can have been issued.
+    /// the ring lock): no newer one's pieces can have been issued. For an older one it may answer yes when
+    /// only a newer request's were, never no when one of its own was.
     pub(crate) fn issued_request(&self, request: u64) -> bool {
         self.newest_issued >= request
     }
@@ -351,8 +352,10 @@ impl RingGuard<'_> {
             let c = self.zq().entry(i);
             (c.request, c.to_device)
         };
-        // Pieces of the request issued before this one may have their device writes in flight, retired or not.
-        self.zc_drain_request(request, Some(i), to_device);
+        // Pieces of the request issued before this one may have their device writes in flight, retired or not:
+        // fence them — unless none was issued (conservative for an older request: a newer one's issue counts).
+        let issued = self.inner.zc.as_ref().is_some_and(|zc| zc.issued_request(request));
+        self.zc_drain_request(request, Some(i), to_device && issued);
         let q = self.zq();
         q.unpin_in_place(i);
         let c = q.entry_mut(i);
