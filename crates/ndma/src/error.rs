@@ -226,7 +226,8 @@ pub enum NdmaError {
     Thread(String),
     /// An async zero-copy request on a device kept past its [`System`](crate::System) (`-ENODEV`): dropping the
     /// system stopped the device's completion thread, which does not start again. The synchronous paths
-    /// keep working.
+    /// keep working. Its errno is also the completion of an async request the stopping thread found it could
+    /// not move (pieces a pin budget holds back): the request ends with it rather than staying queued.
     #[error("device {device}: its system was dropped, and with it the completion thread async requests need")]
     CompletionThreadStopped {
         /// The device.

@@ -1196,6 +1196,44 @@ fn a_device_kept_past_its_system_refuses_async_requests_and_serves_sync_ones() {
     drop((mm, _enter));
 }
 
+/// A System dropped while async pieces cannot move (a pin budget of 0) ends each of their requests with one
+/// `-ENODEV` completion, in order, and releases them: nothing stays queued or pinned on the device kept past
+/// it, and raising the budget afterwards brings nothing back to life.
+#[test]
+fn requests_that_cannot_move_when_the_system_drops_complete_with_enodev() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
+    let dev = Arc::clone(z.dev());
+    let cq = z.cq();
+    dev.set_zerocopy_pin_budget(0);
+    let (va, data, mc) = z.source_and_target(128, 12);
+    for seq in 1..=3u64 {
+        let op = BatchOp { offset: 0, size: 128 * PAGE, buffer: va };
+        dev.zerocopy_submit(0, &[op], &mc, 0, -1, seq != 2, seq, 10 * seq).unwrap();
+    }
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 6, "two pieces a request, none pinned");
+    let before = dev.ring_stats(0).unwrap();
+    let Zc { tb, mm, _enter } = z;
+    let ndma_emu::Testbed { system, platform, emu } = tb;
+    drop(system);
+    let want: Vec<CqEntry> =
+        (1..=3u64).map(|seq| CqEntry { sequence_num: seq, compl_ret: -19, context: 10 * seq }).collect();
+    assert_eq!(take(&cq, 3), want);
+    assert_eq!(cq.pop(), None, "one completion a request");
+    let s = dev.ring_stats(0).unwrap().since(&before);
+    assert_eq!((s.cqes, s.zc_pieces, s.descriptors), (3, 0, 0), "nothing was issued");
+    assert!(dev.zerocopy_status(0).unwrap().is_idle(), "{:?}", dev.zerocopy_status(0));
+    let leak = emu.host().frames().leak_check();
+    assert!(leak.is_clean(), "with the device still alive: {leak:?}");
+    dev.set_zerocopy_pin_budget(1 << 20);
+    assert_eq!(cq.pop(), None);
+    let hbm = read_vec(emu.device(0), &mc, 0, 128 * PAGE).unwrap();
+    assert!(hbm.iter().all(|&b| b == DST_FILL), "nothing reached the device");
+    let mut back = vec![0u8; data.len()];
+    mm.read(va, &mut back).unwrap();
+    assert!(back == data, "nothing reached the user pages");
+    drop((cq, mc, dev, platform, emu, mm, _enter));
+}
+
 #[test]
 fn dropping_the_device_with_pieces_that_cannot_move_releases_them() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);

@@ -366,6 +366,27 @@ impl RingGuard<'_> {
         c.last = true;
     }
 
+    /// Ends every request still queued with `e`, in queue order, once nothing can move them any more (the
+    /// completion thread stopping over pieces a pin budget holds back, say): each gets its one completion,
+    /// its pieces are drained and unpinned, and nothing is left held for a thread that is gone. Pieces already
+    /// issued are retired as usual (waited for, with the driver's budget) before those behind them fail.
+    pub(crate) fn zc_abandon(&mut self, e: &NdmaError) {
+        loop {
+            let p = self.zc_complete();
+            if !self.zc_queued() {
+                return;
+            }
+            // After a pass, the first context not issued is one the steps could not move.
+            let q = self.zq();
+            match q.peek_pinned_unsubmitted().or_else(|| q.peek_first_unpinned()) {
+                // It becomes its request's completion; the next pass passes it on and posts it.
+                Some(i) => self.zc_fail_in_place(i, e),
+                None if p.any() => {}
+                None => return,
+            }
+        }
+    }
+
     /// `ndma_zerocopy_complete`: one pass of the three steps. Step 1 retires at least the head (if submitted),
     /// then keeps retiring while a sync submit would have to wait (pin budget, full queue, few descriptors).
     pub(crate) fn zc_complete(&mut self) -> Progress {

@@ -1,6 +1,8 @@
 //! The completion thread (\[N\] "neuron dma cmpltn", FACTS §5.7): one per device, created on the first async
 //! submit, woken through the non-empty-queue bitmap, running the completion steps of every ring whose bit is
-//! set until its queue is empty. It stops when the device goes away, after draining what is queued.
+//! set until its queue is empty. It stops when the device goes away, after draining what is queued; a request
+//! it cannot move then (pieces a pin budget holds back) completes with `-ENODEV`
+//! ([`NdmaError::CompletionThreadStopped`]) and releases its pins.
 //!
 //! Unlike the driver's thread it does not spin over a queue that waits on the engine: the marker wait of step 1
 //! sleeps (a marker-aware delay) while the head piece runs, and a pass that moves nothing (pin budget, a full
@@ -167,12 +169,19 @@ fn run(shared: &Shared, weak: &Weak<NeuronDevice>) {
         drop(dev);
         if again != 0 {
             if stopping && !moved {
-                // What is left cannot move (a pin budget of 0, say): the device's teardown releases it. But
-                // first the last look of a stop with nothing pending (above): a submit that passed its check
-                // may have queued a request on another ring and not kicked yet.
-                let others = weak.upgrade().map_or(0, |dev| dev.zc_rings_with_work()) & !again;
+                // What is left cannot move (a pin budget of 0, say). First the last look of a stop with nothing
+                // pending (above): a submit that passed its check may have queued a request on another ring
+                // and not kicked yet.
+                let Some(dev) = weak.upgrade() else { return };
+                let others = dev.zc_rings_with_work() & !again;
                 if others == 0 {
+                    // Nobody will move it after this thread: each request ends with an error completion and
+                    // lets its pins go, rather than staying queued, pinned and unanswered.
                     tracing::warn!("zero-copy completion thread stopping with work it cannot complete");
+                    let stopped = NdmaError::CompletionThreadStopped { device: dev.index() };
+                    for ring in (0..64).filter(|b| again & (1 << b) != 0).filter_map(|b| dev.ring_of_bit(b)) {
+                        RingGuard::lock(&dev, ring).zc_abandon(&stopped);
+                    }
                     return;
                 }
                 again |= others;
