@@ -108,7 +108,11 @@ impl NeuronDevice {
         for ring in self.rings.iter().flatten() {
             let queued = match RingGuard::lock(self, ring).inner.zc.as_mut() {
                 Some(zc) => {
-                    zc.queue.set_pin_budget(pages);
+                    // The newest budget, read under the ring lock rather than `pages`: of two setters racing, the
+                    // one whose store came last might update this ring first, and the other's update would
+                    // then leave the ring on a budget the device no longer reports. Read under the lock, a
+                    // later update sees every store made before an earlier one released it.
+                    zc.queue.set_pin_budget(self.zerocopy_pin_budget());
                     !zc.queue.is_empty()
                 }
                 None => false,
