@@ -127,6 +127,30 @@ fn a_failure_on_the_ring_restages_the_other_copy_in_flight_and_loses_nothing() {
     b.verify("the copy after the recovery", true).unwrap();
 }
 
+/// Dropping the handle of a copy that hangs waits it out: the drop returns after the timeout (logged, nobody
+/// to return it to), the ring is re-initialised, the context is free and no longer holds the copy's memory,
+/// nothing landed, and the ring works.
+#[test]
+fn dropping_a_hung_copy_in_flight_times_it_out_and_leaves_the_ring_usable() {
+    let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let a = Window::new(dev, emu, Dir::D2h, 70_000, 0, 4).unwrap();
+    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let h = dev.start(&a.transfer()).unwrap();
+    assert_eq!((Arc::strong_count(&a.src), Arc::strong_count(&a.dst)), (2, 2), "the context holds both chunks");
+    drop(h);
+    let s = dev.ring_stats(0).unwrap();
+    assert_eq!((s.timeouts, s.ring_resets, s.replays, s.aborts, s.transfers), (1, 1, 0, 0, 0), "{s:?}");
+    assert_eq!(dev.wait_handle(0, CtxHandle::Async1), Err(NdmaError::ContextNotInUse(1)), "released");
+    assert_eq!((Arc::strong_count(&a.src), Arc::strong_count(&a.dst)), (1, 1), "and let go of the memory");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    let untouched = read_vec(emu, &a.dst, 0, a.total()).unwrap();
+    assert!(untouched.iter().all(|&x| x == DST_FILL), "the hung copy landed nothing");
+    a.copy_all().unwrap();
+    a.verify("the same copy after the recovery", true).unwrap();
+}
+
 /// An 8 KiB copy from offset 0 to offset 4096 of one three-page host chunk holding pattern `seed`: a copy
 /// over its own source, whose bytes tell whether it ran not at all or exactly once (a second run reads bytes
 /// the first overwrote).
