@@ -202,6 +202,34 @@ fn a_copy_over_its_own_source_in_flight_is_aborted_not_restaged() {
     b.verify("the copy after the recovery", true).unwrap();
 }
 
+/// Chaining a copy onto one a recovery aborted reports the abort and stages nothing: the next copy does not
+/// run behind one that did not happen, both contexts are free, and the ring works.
+#[test]
+fn chaining_onto_an_aborted_copy_reports_the_abort_and_stages_nothing() {
+    let tb = testbed(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let copy = SelfCopy::new(dev, emu, 24);
+    let b = Window::new(dev, emu, Dir::D2h, 20_000, 0, 2).unwrap();
+    let next = Window::new(dev, emu, Dir::H2d, 30_000, 0, 7).unwrap();
+    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let h = copy.start(dev);
+    assert!(matches!(b.copy_all(), Err(NdmaError::Timeout { .. })));
+    let before = dev.ring_stats(0).unwrap();
+    let r = dev.memcpy_mc_async(&next.src, &next.dst, GUARD, GUARD, next.len, 0, h);
+    assert_eq!(r, Err(NdmaError::Aborted(h.raw())));
+    let s = dev.ring_stats(0).unwrap().since(&before);
+    assert_eq!((s.aborts, s.descriptors, s.doorbells), (1, 0, 0), "{s:?}");
+    for ctx in [CtxHandle::Async1, CtxHandle::Async2] {
+        assert_eq!(dev.wait_handle(0, ctx), Err(NdmaError::ContextNotInUse(ctx.raw())));
+    }
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    copy.assert_ran(emu, false, "the aborted copy moved nothing");
+    assert!(read_vec(emu, &next.dst, 0, next.total()).unwrap().iter().all(|&x| x == DST_FILL), "nor did the next");
+    next.copy_all().unwrap();
+    next.verify("the next copy, issued again on its own", true).unwrap();
+}
+
 /// A copy whose batch was already over (marker landed, not yet waited for) when a failure re-initialises the
 /// ring is done: it is neither run again nor aborted. A copy over its own source shows it ran exactly once.
 #[test]
