@@ -1,6 +1,6 @@
 //! `ndma verify`: short campaigns (a fixed seed, and one random seed that is printed) on inline and threaded
-//! engines, with and without faults; the checker itself on planted wrong bytes; replay; the command's JSON
-//! and exit codes.
+//! engines, with and without faults; the checker itself on planted wrong bytes, the leak accounting on
+//! planted leaks, the judge on faults nobody planned; replay; the command's JSON and exit codes.
 //!
 //! Campaigns use the driver's silicon budgets, on inline and threaded engines alike (a waiting thread executes
 //! pending work when an engine's worker is descheduled, so no timeout happens that was not injected), and a
@@ -629,4 +629,119 @@ fn the_bystanders_json_is_documented_and_the_flag_needs_faults() {
     let o = ndma(&["verify", "--count", "0", "--json", "-"]);
     let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
     assert_eq!(v["bystanders"], Value::Null);
+}
+
+/// The leak accounting finds what it is there to find — an async copy never waited for, chunks never freed,
+/// a pre-pinned range with its pinned frames, user memory never returned — and nothing once each is gone.
+#[test]
+fn the_leak_accounting_names_what_was_left_behind() {
+    use ndma_cli::verify::leaks::{self, Baseline};
+    use ndma_emu::{AddressSpace, MapSpec, Placement};
+
+    let tb = config(1, TRN2_ONE, Engines::Inline, 1).testbed().expect("testbed");
+    let base = Baseline::take(&tb);
+    let none: Vec<String> = Vec::new();
+    assert_eq!(leaks::instance(&tb, &base), none);
+    let dev = &tb.system.devices()[0];
+    let p = base.pools[0];
+    let pool = |host: u64, dev: u64| {
+        format!(
+            "device 0: pool holds {} host chunks ({} B) and {} device chunks ({} B); at the start {} ({} B) and {} ({} B)",
+            p.host_chunks + u64::from(host > 0),
+            p.host_bytes + host,
+            p.device_chunks + u64::from(dev > 0),
+            p.device_bytes + dev,
+            p.host_chunks,
+            p.host_bytes,
+            p.device_chunks,
+            p.device_bytes
+        )
+    };
+    let dram = |held: u64| {
+        format!(
+            "host DRAM: {} bytes free, {} at the start ({held} bytes not returned)",
+            base.host_free - held,
+            base.host_free
+        )
+    };
+
+    // Inline engines run the copy at its doorbell: its marker landed, but nobody waited, so nothing was acked.
+    let (src, dst) = (dev.alloc_host(4096, 0).unwrap(), dev.alloc_device(8192, 0).unwrap());
+    let h = dev.memcpy_mc_async(&src, &dst, 0, 0, 4096, 0, ndma::CtxHandle::None).unwrap();
+    let ring = "device 0: NC 0 ring: 2 slots in use, 2 accounted for, 1 contexts in use".to_string();
+    assert_eq!(leaks::instance(&tb, &base), [ring, pool(4096, 8192), dram(4096)]);
+    dev.wait_handle(0, h).unwrap();
+    drop(dst);
+    assert_eq!(leaks::instance(&tb, &base), [pool(4096, 0), dram(4096)]);
+    drop(src);
+    assert_eq!(leaks::instance(&tb, &base), none);
+
+    let mm = AddressSpace::new(tb.emu.host(), 77);
+    let va = mm.map(&MapSpec::new(4, Placement::Contiguous)).unwrap();
+    let enter = mm.enter();
+    tb.system.pin_host_memory(va, 4 * 4096).unwrap();
+    let left = leaks::instance(&tb, &base);
+    assert_eq!(left.len(), 3, "{left:#?}");
+    assert!(left[0].starts_with("user frames: ") && left[0].ends_with("(pins left behind)"), "{left:#?}");
+    assert_eq!(left[1..], ["1 pre-pinned ranges still registered".to_string(), dram(4 * 4096)]);
+    tb.system.unpin_host_memory(va).unwrap();
+    drop(enter);
+    assert_eq!(leaks::instance(&tb, &base), [dram(4 * 4096)], "the process still maps its pages");
+    drop(mm);
+    assert_eq!(leaks::instance(&tb, &base), none);
+}
+
+/// An operation judged on a device that misbehaves behind the verifier's back (a fault nobody planned) is
+/// reported: a hang as a timeout nobody injected; a corrupted descriptor as what the model says it did — an
+/// engine fault, which times the operation out (the engine fault itself is the campaign's end-of-run
+/// finding), or a descriptor that executed wrong, which shows in the bytes.
+#[test]
+fn an_operation_meeting_a_fault_nobody_planned_is_reported() {
+    use ndma_cli::verify::exec;
+    use ndma_cli::verify::leaks::Baseline;
+    use ndma_cli::verify::record::{FindingKind, OpRecord};
+    use ndma_emu::{CorruptOutcome, PlannedFault};
+
+    let mut c = config(0x0bad, TRN2_ONE, Engines::Inline, 1);
+    c.paths = vec![PathKind::ClassicSync];
+    let tb = c.testbed().expect("testbed");
+    let base = Baseline::take(&tb);
+    let (dev, emu) = tb.device(0);
+    let ctx = campaign::draw_context(&c, 1, dev.dhal().ncs_per_device(), false, true);
+    let specs: Vec<OpSpec> =
+        (0..2000).map(|k| OpSpec::draw(&ctx, k)).filter(|s| (1..=65536).contains(&s.bytes())).collect();
+    let (engine, qid) = dev.h2t_queue(specs[0].nc()).unwrap();
+    let kinds = |r: &OpRecord| r.findings.iter().map(|f| f.kind).collect::<Vec<_>>();
+
+    let clean = exec::execute(Bed { dev, emu }, &specs[0], &base);
+    assert_eq!(kinds(&clean), [], "{:#?}", clean.findings);
+
+    emu.fault_plan().add(PlannedFault::Hang { engine, qid, persistent: false });
+    let hung = exec::execute(Bed { dev, emu }, &specs[0], &base);
+    assert_eq!((hung.outcome, kinds(&hung)), ("timeout", vec![FindingKind::UninjectedTimeout]), "{:#?}", hung.findings);
+    assert!(hung.leak_check_due);
+
+    // A corruption on each of eight operations of that NC: each is reported.
+    let mut faulted = 0;
+    for spec in specs.iter().filter(|s| s.nc() == specs[0].nc()).take(8) {
+        let before = emu.corruptions().len();
+        emu.fault_plan().add(PlannedFault::Corrupt { engine, qid, nth: 0 });
+        let rec = exec::execute(Bed { dev, emu }, spec, &base);
+        let corruption = emu.corruptions().get(before).copied().expect("the corruption was made");
+        match corruption.outcome {
+            CorruptOutcome::Fault(kind) => {
+                assert_eq!(
+                    (rec.outcome, kinds(&rec)),
+                    ("timeout", vec![FindingKind::UninjectedTimeout]),
+                    "{corruption:?}"
+                );
+                let recorded = emu.take_faults();
+                assert!(recorded.iter().any(|f| f.kind == kind), "{corruption:?}: {recorded:?}");
+                faulted += 1;
+            }
+            // A flip that passed the engine's checks moved wrong bytes, or the right ones elsewhere.
+            CorruptOutcome::Benign => assert!(!rec.findings.is_empty(), "{corruption:?}: nothing reported"),
+        }
+    }
+    assert!(faulted > 0, "no corruption was caught by the engine");
 }
