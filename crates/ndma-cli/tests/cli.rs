@@ -131,10 +131,31 @@ fn a_missing_nc_is_the_op_layers_einval() {
 fn quick_bench_writes_json_with_every_required_case() {
     let path: PathBuf = std::env::temp_dir().join(format!("ndma-bench-{}.json", std::process::id()));
     let path_s = path.to_str().expect("utf-8 temp path");
-    let out = ok(&["bench", "--quick", "--json", path_s]);
+    let svg_path: PathBuf = std::env::temp_dir().join(format!("ndma-bench-{}.svg", std::process::id()));
+    let svg_s = svg_path.to_str().expect("utf-8 temp path");
+    let out = ok(&["bench", "--quick", "--json", path_s, "--plot", svg_s]);
     assert!(out.contains("roundtrip_4k"), "{out}");
+    assert!(out.contains(&format!("plot written to {svg_s}")), "{out}");
     let text = std::fs::read_to_string(&path).expect("json written");
     let _ = std::fs::remove_file(&path);
+    let svg = std::fs::read_to_string(&svg_path).expect("plot written");
+    let _ = std::fs::remove_file(&svg_path);
+    // The plot: a panel per direction, three curves in each (a marker per size), ticks at the sizes measured.
+    let labels: Vec<&str> =
+        svg.split("<text").skip(1).filter_map(|t| Some(t.split_once('>')?.1.split('<').next()?.trim())).collect();
+    let count = |l: &str| labels.iter().filter(|&&x| x == l).count();
+    assert_eq!(count("ndma bench: trn1.2xlarge (v2), marker timing"), 1, "{labels:?}");
+    for panel in
+        ["h2d sync (host→device)", "d2h sync (device→host)", "d2d sync (device→device)", "h2h sync (host→host)"]
+    {
+        assert_eq!(count(panel), 1, "{panel}: {labels:?}");
+    }
+    for label in
+        ["ndma, best sample", "ndma, median sample", "memcpy, best sample", "4 KiB", "64 KiB", "1 MiB", "16 MiB"]
+    {
+        assert_eq!(count(label), 4, "{label}: {labels:?}");
+    }
+    assert_eq!(svg.matches("<circle").count(), 4 * 3 * 4, "4 panels × 3 curves × 4 sizes");
     let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
     let cases = v["cases"].as_array().expect("cases array");
     let has = |name: &str, mode: &str, size: u64| {

@@ -54,12 +54,15 @@ fn panel(area: &Area<'_>, c: &Curve) -> Result<(), String> {
     let lo = c.points.iter().map(|p| p.0).min().unwrap_or(1).max(1);
     let hi = c.points.iter().map(|p| p.0).max().unwrap_or(2).max(lo * 2);
     let top = c.points.iter().map(|p| p.1.max(p.2).max(p.3)).fold(1.0f64, f64::max) * 1.1;
+    // Ticks at the sizes measured (4 KiB, 64 KiB, …), not at the log scale's powers of ten (9.77 KiB, …).
+    let mut sizes: Vec<u64> = c.points.iter().map(|p| p.0).collect();
+    sizes.dedup();
     let mut chart = ChartBuilder::on(area)
         .caption(&c.title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(48)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..top)
+        .build_cartesian_2d((lo..hi).log_scale().with_key_points(sizes), 0f64..top)
         .map_err(text)?;
     chart
         .configure_mesh()
