@@ -278,16 +278,20 @@ fn model_is_host(arch: Arch, addr: u64) -> bool {
 }
 
 /// The outcome the contract calls for (see the module documentation).
-fn model_outcome(
-    b: &Bed,
-    buf: &[u8],
+/// One `copy_descriptors` call: its arguments, and whether the destination is the other device's chunk.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    buf: &'a [u8],
     src_off: u64,
-    dst: &MemChunk,
+    dst: &'a MemChunk,
     foreign: bool,
     dst_off: u64,
     size: u64,
     queue_type: u32,
-) -> Result<(), NdmaError> {
+}
+
+fn model_outcome(b: &Bed, call: &Call<'_>) -> Result<(), NdmaError> {
+    let Call { buf, src_off, dst, foreign, dst_off, size, queue_type } = *call;
     if queue_type > 1 {
         return Err(NdmaError::InvalidQueueType(queue_type));
     }
@@ -324,20 +328,11 @@ fn model_outcome(
 }
 
 /// Copies `buf` and checks the outcome and the destination chunk; returns whether it was accepted.
-#[allow(clippy::too_many_arguments)]
-fn copy_and_check(
-    b: &Bed,
-    buf: &[u8],
-    src_off: u64,
-    dst: &MemChunk,
-    foreign: bool,
-    dst_off: u64,
-    size: u64,
-    queue_type: u32,
-) -> bool {
+fn copy_and_check(b: &Bed, call: Call<'_>) -> bool {
+    let Call { buf, src_off, dst, foreign, dst_off, size, queue_type } = call;
     b.fill(dst, foreign);
     let got = b.dev.copy_descriptors(buf, src_off, dst, dst_off, size, queue_type);
-    let expect = model_outcome(b, buf, src_off, dst, foreign, dst_off, size, queue_type);
+    let expect = model_outcome(b, &call);
     assert_eq!(got, expect, "copy_descriptors(src_off {src_off}, dst_off {dst_off}, size {size}, type {queue_type})");
     let after = b.chunk_bytes(dst, foreign);
     let mut want = vec![RING_FILL; dst.size() as usize];
@@ -398,7 +393,7 @@ fn run(b: &mut Bed, input: &DescriptorsInput) -> Outcome {
         };
         let size = (16 * pairs.len() as i64 + i64::from(f.size_delta)).max(0) as u64;
         let (src_off, dst_off) = (u64::from(f.src_off % 64), u64::from(f.dst_off % 1024));
-        return match copy_and_check(b, &buf, src_off, dst, foreign, dst_off, size, qtype) {
+        return match copy_and_check(b, Call { buf: &buf, src_off, dst, foreign, dst_off, size, queue_type: qtype }) {
             true => Outcome::Copied,
             false => Outcome::Refused,
         };
@@ -406,8 +401,10 @@ fn run(b: &mut Bed, input: &DescriptorsInput) -> Outcome {
     let n = pairs.len() as u64;
     let qi = usize::from(input.on_device);
     let (ring_tx, ring_rx) = (&b.rings[2 * qi], &b.rings[2 * qi + 1]);
-    let ok = copy_and_check(b, tx.as_bytes(), 0, ring_tx, false, 0, 16 * n, NEURON_DMA_QUEUE_TYPE_TX)
-        && copy_and_check(b, rx.as_bytes(), 0, ring_rx, false, 0, 16 * n, NEURON_DMA_QUEUE_TYPE_RX);
+    let whole =
+        |buf, dst, queue_type| Call { buf, src_off: 0, dst, foreign: false, dst_off: 0, size: 16 * n, queue_type };
+    let ok = copy_and_check(b, whole(tx.as_bytes(), ring_tx, NEURON_DMA_QUEUE_TYPE_TX))
+        && copy_and_check(b, whole(rx.as_bytes(), ring_rx, NEURON_DMA_QUEUE_TYPE_RX));
     if !ok {
         return Outcome::Refused;
     }
