@@ -178,7 +178,11 @@ pub fn check(input: &Bar0Input) -> bool {
                     assert!(!blocked_reg, "{arch}: the gate passed {len} bytes at {off:#x}, onto engine {eng} {dir:?} queue {qid} {reg:?}");
                 }
             }
-            word += 4;
+            // The last word of the address space has no successor (the first run of this target wrapped here).
+            match word.checked_add(4) {
+                Some(next) => word = next,
+                None => break,
+            }
         }
     }
     blocked
