@@ -1,7 +1,7 @@
 //! The fuzz targets' bodies on stable (feature `fuzzing`): each runs over the seeds committed under
 //! `fuzz/seeds/<target>/` and over inputs `arbitrary` builds from seeded random bytes, exactly as libFuzzer
 //! would hand them over — so a target that stops compiling or starts failing is caught by `cargo test`, not
-//! only by the next nightly fuzz run (`fuzz/README.md` in the repository's README says how to run them).
+//! only by the next nightly fuzz run (the README's "Fuzzing" section says how to run them).
 
 use std::path::PathBuf;
 
