@@ -186,6 +186,7 @@ fn the_gates_refuse_before_anything_is_queued() {
     dev.set_zerocopy_trn1_override(false);
     assert!(!dev.zerocopy_supported());
     assert_eq!(submit(0, -1, 0), Err(NdmaError::ZeroCopyUnsupported));
+    assert_eq!(NdmaError::ZeroCopyUnsupported.errno(), -22, "FACTS §5.8: -EINVAL when zero-copy is off");
     dev.set_zerocopy_trn1_override(true);
     assert_eq!(submit(0, -1, 5), Err(NdmaError::AsyncZeroCopyUnsupported), "V2: no async zero-copy");
     assert_eq!(NdmaError::AsyncZeroCopyUnsupported.errno(), -22);
@@ -555,6 +556,51 @@ fn a_request_already_over_posts_its_result_as_it_is() {
     assert_eq!(cq.pop(), None);
     assert_eq!(dev.zerocopy_status(0).unwrap().posted, 0, "every completion taken");
     z.assert_no_leaks("results as they are");
+}
+
+/// The completion queue's wire layout, byte-exact in the memory a runtime maps (FACTS §5.7): a 16-byte header —
+/// u32 capacity at +0, u32 head at +4, u32 tail at +8 — then 1024 entries of 24 bytes from +16, each u64
+/// `sequence_num` at +0, s64 `compl_ret` at +8 and the context at +16, all little-endian; 24,592 bytes in all.
+/// Producer and consumer share this crate's offsets, so only the raw bytes show a field moved or swapped.
+#[test]
+fn the_completion_queue_is_laid_out_byte_exact_as_the_runtime_maps_it() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let (dev, cq) = (z.dev(), z.cq());
+    assert_eq!(ndma::zerocopy::NDMA_H2D_COMPL_QUEUE_SIZE, 16 + 1024 * 24);
+    let chunk = dev.completion_queue(0).unwrap();
+    let pa = chunk.pa() & !Arch::V3.pci_host_base();
+    let raw = || {
+        let mut b = vec![0u8; ndma::zerocopy::NDMA_H2D_COMPL_QUEUE_SIZE];
+        z.tb.emu.host().space().read(pa, &mut b).unwrap();
+        b
+    };
+    let u32_at = |b: &[u8], off: usize| u32::from_le_bytes(b[off..off + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], off: usize| u64::from_le_bytes(b[off..off + 8].try_into().unwrap());
+    let fresh = raw();
+    assert_eq!((u32_at(&fresh, 0), u32_at(&fresh, 4), u32_at(&fresh, 8)), (1024, 0, 0), "capacity, head, tail");
+    assert!(fresh[16..].iter().all(|&b| b == 0), "every entry empty");
+    // Two results already over (no DMA): the second carries a negative errno, sign-extended to 64 bits.
+    dev.zerocopy_submit_completed(0, -1, 0x1122_3344_5566_7788, 0, 0xA0A1_A2A3_A4A5_A6A7).unwrap();
+    dev.zerocopy_submit_completed(0, -1, 9, -5, 0x99).unwrap();
+    let mut spins = 0u64;
+    while dev.zerocopy_status(0).unwrap().posted < 2 {
+        spins += 1;
+        assert!(spins < 50_000_000, "completions lost");
+        std::thread::yield_now();
+    }
+    let posted = raw();
+    assert_eq!((u32_at(&posted, 0), u32_at(&posted, 4), u32_at(&posted, 8)), (1024, 0, 2), "tail published");
+    assert_eq!(&posted[16..24], &0x1122_3344_5566_7788u64.to_le_bytes(), "entry 0: sequence_num at +16");
+    assert_eq!(u64_at(&posted, 24), 0, "entry 0: compl_ret at +24");
+    assert_eq!(u64_at(&posted, 32), 0xA0A1_A2A3_A4A5_A6A7, "entry 0: context at +32");
+    assert_eq!((u64_at(&posted, 40), u64_at(&posted, 48), u64_at(&posted, 56)), (9, (-5i64) as u64, 0x99), "entry 1");
+    assert!(posted[64..].iter().all(|&b| b == 0), "nothing else written");
+    assert_eq!(cq.pop().map(|e| e.sequence_num), Some(0x1122_3344_5566_7788));
+    let consumed = raw();
+    assert_eq!((u32_at(&consumed, 4), u32_at(&consumed, 8)), (1, 2), "head advanced by the consumer");
+    assert!(consumed[16..40].iter().all(|&b| b == 0), "the consumed entry is cleared");
+    assert_eq!(cq.pop().map(|e| e.compl_ret), Some(-5));
+    z.assert_no_leaks("completion queue layout");
 }
 
 /// Sequence numbers are the submitter's and need not be unique: a refused request drains only its own
