@@ -44,6 +44,40 @@ fn memset_below_at_and_above_64k_leaves_neighbours_untouched() {
     }
 }
 
+/// FACTS §6 `ndma_memset`, descriptor-exact: min(size, 64 KiB) comes from the 64 KiB host fill buffer to
+/// `pa + off`; the rest is replicated device→device with a *fixed* source `pa + off` (smove = false) and a
+/// destination advancing from `pa + off + 64 KiB` (dmove = true). An in-order engine lands the same bytes
+/// with an advancing source, so only the descriptors show which one ran.
+#[test]
+fn memset_replicates_from_a_fixed_source_descriptor_exact() {
+    for arch in Arch::ALL {
+        let tb = adversarial(arch, ExecPolicy::Inline);
+        let (dev, emu) = tb.device(0);
+        let k64 = MEMSET_HOST_BUF_SIZE;
+        let mc = dev.alloc_device(4 * k64, 0).unwrap();
+        let (off, size) = (100, 2 * k64 + 100);
+        dev.memset(&mc, off, 0x77, size).unwrap();
+        let base = mc.pa() + off;
+        let pairs: Vec<(u64, u64, u32)> = dev
+            .ring_descriptors(0)
+            .unwrap()
+            .iter()
+            .map(|(tx, rx)| (tx.tx().src, rx.rx().dst, tx.tx().len_ctrl.len_bytes()))
+            .collect();
+        assert_eq!(pairs.len(), 5, "{arch}: fill pair + marker, two replicate pairs + marker");
+        let fill_buf = pairs[0].0;
+        assert!(arch.is_host_addr(fill_buf), "{arch}: the fill comes from host memory");
+        assert_eq!((pairs[0].1, pairs[0].2), (base, 65536), "{arch}: 64 KiB filled at pa + off");
+        assert_eq!(pairs[2], (base, base + k64, 65536), "{arch}: replicate, first descriptor");
+        assert_eq!(pairs[3], (base, base + 2 * k64, 100), "{arch}: replicate, same source");
+        for m in [1, 4] {
+            assert_eq!(pairs[m].2, 4, "{arch}: pair {m} is a marker");
+        }
+        let back = read_vec(emu, &mc, 0, 4 * k64).unwrap();
+        assert!(back[off as usize..(off + size) as usize].iter().all(|&b| b == 0x77), "{arch}: filled");
+    }
+}
+
 #[test]
 fn memset_outside_the_chunk_is_refused() {
     let tb = adversarial(Arch::V2, ExecPolicy::Inline);
