@@ -72,6 +72,35 @@ fn a_seen_marker_leaves_its_slot_re_armed_byte_exact() {
     }
 }
 
+/// FACTS §3.1: the ring's 24-byte completion buffer gives handle h the 8 bytes [8h, 8h+8) — the marker source
+/// at 8h, the poll word at 8h+4 — so SYNC, ASYNC1 and ASYNC2 self-copy from +0, +8 and +16 of one buffer.
+#[test]
+fn each_handle_s_marker_uses_its_own_eight_bytes_of_the_completion_buffer() {
+    use ndma::CtxHandle;
+    for arch in [Arch::V2, Arch::V3] {
+        let tb = testbed(arch, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Fake);
+        let (dev, _) = tb.device(0);
+        let (src, dst) = (dev.alloc_host(4096, 0).unwrap(), dev.alloc_device(4096, 0).unwrap());
+        dev.memcpy_mc(&src, &dst, 0, 0, 64).unwrap();
+        let h1 = dev.memcpy_mc_async(&src, &dst, 0, 0, 64, 0, CtxHandle::None).unwrap();
+        let h2 = dev.memcpy_mc_async(&src, &dst, 0, 0, 64, 0, h1).unwrap();
+        assert_eq!((h1, h2), (CtxHandle::Async1, CtxHandle::Async2));
+        dev.memcpy_mc_wait(&src, &dst, h2).unwrap();
+        let markers: Vec<(u64, u64)> = dev
+            .ring_descriptors(0)
+            .unwrap()
+            .iter()
+            .filter(|(tx, _)| tx.tx().len_ctrl.len_bytes() == 4)
+            .map(|(tx, rx)| (tx.tx().src, rx.rx().dst))
+            .collect();
+        assert_eq!(markers.len(), 3, "{arch}: one marker per copy");
+        let base = markers[0].0;
+        assert!(arch.is_host_addr(base), "{arch}: the completion buffer is host memory");
+        let want = [(base, base + 4), (base + 8, base + 12), (base + 16, base + 20)];
+        assert_eq!(markers, want, "{arch}: SYNC, ASYNC1, ASYNC2 slots");
+    }
+}
+
 /// A batch completed in place by a recovery (its marker had landed when the ring was re-initialised under it)
 /// leaves the marker in its poll word: nobody waited, so nobody re-armed it. The next batch staged on that
 /// context must clear the poll word before its doorbell, or its wait sees the stale marker and reports a copy
