@@ -131,3 +131,56 @@ fn pipelines_survive_a_reset() {
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.timeouts, s.retries, s.replays, s.transfers), (1, 1, 2, 6), "{s:?}");
 }
+
+/// `nr_op_in_reset_wnd` (FACTS §4), at its boundaries, through the one thing it decides — whether a V2
+/// timeout is retried: in a window while a reset is in progress (end ≤ start, which includes "never reset",
+/// both 0) or when the op started at or before the latest reset's end; outside once it started a jiffy after.
+#[test]
+fn the_reset_window_is_end_at_most_start_or_op_start_at_most_end() {
+    use std::sync::{Arc, Mutex};
+    struct Times(Mutex<(u64, u64)>);
+    impl ndma::ResetClock for Times {
+        fn reset_times(&self, _nc: u32) -> (u64, u64) {
+            *self.0.lock().unwrap()
+        }
+    }
+    let emu = ndma_emu::EmuSystem::new(ndma_emu::EmuConfig {
+        exec: ExecPolicy::Inline,
+        hbm_size: Some(1 << 30),
+        host_dram_size: 1 << 30,
+        ..ndma_emu::EmuConfig::new(Arch::V2)
+    })
+    .unwrap();
+    let platform = Arc::new(ndma_emu::EmuPlatform::new(emu.host().clone(), ClockKind::Fake));
+    platform.advance_us(1_000_000);
+    let times = Arc::new(Times(Mutex::new((0, 0))));
+    let hw = ndma::DeviceHw { resets: Some(times.clone()), ..ndma_emu::device_hw(emu.device(0)).unwrap() };
+    let sys = ndma::System::new(Arch::V2, platform.clone(), vec![hw]).unwrap();
+    let dev = &sys.devices()[0];
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let (src, dst) = (dev.alloc_host(4096, 0).unwrap(), dev.alloc_device(4096, 0).unwrap());
+    // (reset start, reset end) relative to the copy's start jiffy `j`, and whether its hang is retried.
+    type Window = fn(u64) -> (u64, u64);
+    let cases: [(&str, Window, bool); 6] = [
+        ("never reset: both 0", |_| (0, 0), true),
+        ("the op started at the reset's end", |j| (j - 10, j), true),
+        ("the op started before the reset's end", |j| (j - 10, j + 1), true),
+        ("the op started a jiffy after the reset's end", |j| (j - 10, j - 1), false),
+        ("a reset in progress: end = start", |j| (j - 1, j - 1), true),
+        ("a reset in progress: end < start", |j| (j - 1, j - 5), true),
+    ];
+    for (what, window, retried) in cases {
+        let j = platform.jiffies();
+        *times.0.lock().unwrap() = window(j);
+        emu.device(0).fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+        let before = dev.ring_stats(0).unwrap().retries;
+        let result = dev.memcpy_mc(&src, &dst, 0, 0, 4096);
+        let retries = dev.ring_stats(0).unwrap().retries - before;
+        if retried {
+            assert_eq!((result, retries), (Ok(()), 1), "{what}");
+        } else {
+            assert!(matches!(result, Err(NdmaError::Timeout { .. })), "{what}: {result:?}");
+            assert_eq!(retries, 0, "{what}");
+        }
+    }
+}
