@@ -65,6 +65,7 @@ fn handle_misuse_is_einval_and_leaves_the_ring_usable() {
     dev.memcpy_mc_wait(&w.src, &w.dst, h).unwrap();
     // Wait twice.
     assert_eq!(dev.memcpy_mc_wait(&w.src, &w.dst, h), Err(NdmaError::ContextNotInUse(1)));
+    assert_eq!(NdmaError::ContextNotInUse(1).errno(), -22, "FACTS §6: a ctx not in use is -EINVAL");
     // Wait on NONE.
     assert_eq!(dev.memcpy_mc_wait(&w.src, &w.dst, CtxHandle::None), Err(NdmaError::InvalidHandle(-1)));
     // Chain from a context nobody staged.

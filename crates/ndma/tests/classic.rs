@@ -227,5 +227,15 @@ fn kernel_buffer_copies_use_the_chunk_nc_and_stay_in_their_windows() {
             dev.memcpy_buf_to_mc(&*buf, 100_000, &mc, 0, 100_001),
             Err(NdmaError::OutOfRange { what: "source buffer", offset: 100_000, size: 100_001, limit: 200_000 })
         );
+        // FACTS §6: a *host* chunk's NC is not used — the buffer copies run on NC 0 (the chunk's NC "0 if host").
+        let host_mc = dev.alloc_host(8192, nc).unwrap();
+        let (on0, on_nc) = (dev.ring_stats(0).unwrap().transfers, dev.ring_stats(nc).unwrap().transfers);
+        dev.memcpy_buf_to_mc(&*buf, 1000, &host_mc, 0, 4096).unwrap();
+        dev.memcpy_buf_from_mc(&*out, 0, &host_mc, 0, 4096).unwrap();
+        assert_eq!(dev.ring_stats(0).unwrap().transfers - on0, 2, "{arch}: host chunk of NC {nc}: NC 0's ring");
+        assert_eq!(dev.ring_stats(nc).unwrap().transfers, on_nc, "{arch}: nothing on NC {nc}");
+        let mut round = vec![0u8; 4096];
+        out.read_bytes(0, &mut round).unwrap();
+        assert!(round[..] == data[..4096], "{arch}: through the host chunk and back");
     }
 }
