@@ -374,6 +374,30 @@ fn a_short_fast_pin_falls_back_to_the_slow_path_and_a_failed_pin_is_its_errno() 
     z.assert_no_leaks("pin faults");
 }
 
+/// FACTS §5.6 pin flags: a host→device piece only reads the user pages, so it pins them without write access
+/// (read-only pages are fine); a device→host piece writes them, so it pins for write, and read-only pages
+/// refuse it (-EFAULT) before anything moves.
+#[test]
+fn only_a_device_to_host_piece_pins_for_write() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let va = z.map(4, Placement::Scattered { seed: 3 });
+    let data = pattern(3, 0, (4 * PAGE) as usize);
+    z.mm.write(va, &data).unwrap();
+    z.mm.protect(va, 4 * PAGE, false).unwrap();
+    let mc = alloc(dev, false, 4 * PAGE, 0).unwrap();
+    let op = [BatchOp { offset: 0, size: 4 * PAGE, buffer: va }];
+    dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).expect("host→device reads read-only pages");
+    assert!(read_vec(z.emu(), &mc, 0, 4 * PAGE).unwrap() == data);
+    write_chunk(z.emu(), &mc, 0, &vec![DST_FILL; (4 * PAGE) as usize]).unwrap();
+    let err = dev.zerocopy_submit(0, &op, &mc, 0, -1, false, 0, 0).unwrap_err();
+    assert_eq!((err.clone(), err.errno()), (NdmaError::Pin { va, errno: -14 }, -14));
+    let mut back = vec![0u8; (4 * PAGE) as usize];
+    z.mm.read(va, &mut back).unwrap();
+    assert!(back == data, "nothing written to the read-only pages");
+    z.assert_no_leaks("pin flags");
+}
+
 #[test]
 fn async_requests_complete_exactly_once_in_order_with_their_results() {
     let z = Zc::new(Arch::V3, ExecPolicy::Threaded);
