@@ -178,4 +178,14 @@ fn prefetch_runs_once_per_staged_copy_and_its_failure_is_only_logged() {
     assert_eq!(tb.platform.prefetches().len(), 2, "no prefetch address, no prefetch");
     dev.memcpy_mc_wait(&w.src, &w.dst, h).unwrap();
     w.verify("copies with prefetch", true).unwrap();
+    // FACTS §7.2: the prefetch runs after the *first* batch of a transfer (offset 0), over the whole range —
+    // once for a sync copy of two batches, not once per batch.
+    tb.platform.set_fail_prefetch(false);
+    let big = Window::new(dev, emu, Dir::D2d, MAX_BATCH_BYTES + 1, 0, 5).unwrap();
+    let before = dev.ring_stats(0).unwrap().batches;
+    let h = dev.memcpy_mc_async(&big.src, &big.dst, GUARD, GUARD, big.len, 0x7f00_2000_0000, CtxHandle::Sync).unwrap();
+    assert_eq!(h, CtxHandle::Sync);
+    assert_eq!(dev.ring_stats(0).unwrap().batches - before, 2, "two batches");
+    assert_eq!(tb.platform.prefetches()[2..], [(0x7f00_2000_0000, MAX_BATCH_BYTES + 1)], "one prefetch, whole range");
+    big.verify("two batches with prefetch", true).unwrap();
 }
