@@ -78,6 +78,13 @@ impl<R: DmaMemory> Queue<R> {
     /// assert!(v.enabled && v.dmb_pauses == Some(true));
     /// assert_eq!(v.engine_state, Some(UdmaState::Normal));
     /// assert_eq!(q.rx().read_regs(&bar0).dmb_pauses, None, "RX has no rate limiter");
+    /// // As `ndmar_queue_get_state` reads them: the base without drbp_low's low 6 bits, the length, head and
+    /// // tail offsets in bits 23:0.
+    /// bar0.write32(q.tx().regs() + regs::q::DRBP_LOW, 0x1_003F);
+    /// bar0.write32(q.tx().regs() + regs::q::DRL, 0xAB00_0040);
+    /// bar0.write32(q.tx().regs() + regs::q::DRTP, 0x7F00_0007);
+    /// let v = q.tx().read_regs(&bar0);
+    /// assert_eq!((v.ring_base, v.ring_len, v.tail.slot, v.tail.ring_id), (0x1_0000, 64, 7, 1));
     /// # Ok::<(), udma::UdmaError>(())
     /// ```
     pub fn read_regs<M: Mmio + ?Sized>(&self, mmio: &M) -> QueueRegsView {

@@ -693,6 +693,9 @@ mod tests {
         assert_eq!(RlimitMask.reset_value(), 0b111);
         assert_eq!((q::M2S_Q_SW_CTRL, q::S2M_Q_SW_CTRL, q::M2S_COMP_CFG, q::S2M_COMP_CFG), (0xb0, 0x64, 0xa0, 0x54));
         assert_eq!(q::BLOCKED, [0x28, 0x2c, 0x44, 0x48, 0x38]);
+        // `struct unit_regs_v4`: m2s, s2m, gen, gen_ex, total; queues at +0x1000 of each direction, 0x1000 apart.
+        let layout = (M2S_REGS, S2M_REGS, GEN_REGS, GEN_EX_REGS, ENGINE_REGS_SIZE, QUEUES_OFFSET, QUEUE_STRIDE);
+        assert_eq!(layout, (0, 0x2_0000, 0x3_8000, 0x3_c000, 0x3_c800, 0x1000, 0x1000));
     }
 
     /// Every declared register decodes back to itself from its offset, in every queue, and no two share an
