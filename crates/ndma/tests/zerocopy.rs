@@ -292,6 +292,14 @@ fn only_the_last_piece_of_a_write_carries_the_barrier() {
         let markers: Vec<usize> =
             pairs.iter().enumerate().filter(|(_, p)| p.0.tx().len_ctrl.len_bytes() == 4).map(|(i, _)| i).collect();
         assert_eq!(markers.len(), 3, "{arch}: three pieces");
+        // FACTS §5.3: context-queue entry i (0, 1, 2 here) self-copies its marker within the 8 bytes at
+        // completion pool + 8i: source word +0, poll word +4.
+        let pool = pairs[markers[0]].0.tx().src;
+        assert!(arch.is_host_addr(pool), "{arch}: the completion pool is host memory");
+        for (k, &m) in markers.iter().enumerate() {
+            let at = pool + 8 * k as u64;
+            assert_eq!((pairs[m].0.tx().src, pairs[m].1.rx().dst), (at, at + 4), "{arch}: entry {k}'s marker");
+        }
         for (i, (tx, rx)) in pairs.iter().enumerate() {
             let last_piece = i > markers[1];
             let is_marker = markers.contains(&i);
