@@ -32,3 +32,15 @@ fn the_system_platform_clock_drives_every_device_reset_model() {
     p.advance_us(1_000_000 / HZ);
     assert!(sys.devices().iter().all(|d| !d.nc_reset_in_progress(0)), "the reset ended with the system clock");
 }
+
+/// `MAX_NEURON_DEVICE_COUNT` = 64 (FACTS §4): the driver's device indices run 0..=63 (`ndma_is_valid_host_mem`
+/// refuses any other), so a machine has at most 64 devices; 0 or 65 is no machine.
+#[test]
+fn a_machine_has_one_to_sixty_four_devices() {
+    assert_eq!(ndma_emu::MAX_DEVICES, 64);
+    for devices in [0, 65] {
+        let cfg = EmuConfig { devices, hbm_size: Some(1 << 20), host_dram_size: 1 << 20, ..EmuConfig::new(Arch::V2) };
+        let err = EmuSystem::new(cfg).err().expect("refused");
+        assert_eq!(err.to_string(), ndma_emu::EmuError::InvalidConfig("device count must be 1..=64").to_string());
+    }
+}
