@@ -105,7 +105,8 @@ pub(crate) struct DmaContext {
     pub smove: bool,
     /// Does the destination advance per chunk?
     pub dmove: bool,
-    /// Neither end is host memory: the wait takes the device-to-device shortcut.
+    /// Neither end is host memory: a synchronous wait takes the device-to-device shortcut (see
+    /// [`poll_plan`](crate::poll_plan) for why every such batch, not only memset's replicate).
     pub is_d2d: bool,
     /// Jiffies at staging; restarted each batch and each retry.
     pub start_time: u64,

@@ -25,6 +25,11 @@ pub const POLL_INTERVAL_US: u64 = 1;
 /// `emulation` scales the following wait ×100000 ([`Platform::is_emulation`](crate::Platform::is_emulation));
 /// a synchronous device-to-device batch (`is_d2d`) waits 10 µs first and 1/200 of the budget after.
 ///
+/// Which batches are device-to-device is a reading of the spec, which is of two minds: its sketch of
+/// `_ndma_memcpy_wait_for_completion` passes `is_intra_device_dma = false` on the classic path, while its memset
+/// section says the device→device replicate takes this shortcut. We follow the latter for every classic batch
+/// whose source and destination are both device addresses; zero-copy waits never take it.
+///
 /// ```
 /// use ndma::{dhal, poll_plan};
 /// use udma::Arch;
