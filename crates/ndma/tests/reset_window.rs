@@ -184,3 +184,32 @@ fn the_reset_window_is_end_at_most_start_or_op_start_at_most_end() {
         }
     }
 }
+
+/// FACTS §7.2 V2 retry step 5: once a retry has re-staged, the waits that follow are synchronous — an async
+/// chain's first wait has the async budget (1 µs first wait), every wait after a replay the sync one. Seen in the
+/// polls of a wait that times out twice inside a long reset: the async budget, then the sync one.
+#[test]
+fn after_a_replay_the_wait_is_synchronous() {
+    let tb = fake(Arch::V2);
+    let (dev, emu) = tb.device(0);
+    // Three data descriptors + the marker: a batch whose sync and async budgets differ (first 9 µs vs 1 µs).
+    let a = Window::new(dev, emu, Dir::H2d, 3 * 65536, 0, 8).unwrap();
+    let b = Window::new(dev, emu, Dir::H2d, 5000, 0, 9).unwrap();
+    let (async_plan, sync_plan) = (
+        ndma::poll_plan(ndma::dhal(Arch::V2), false, 4, true, false),
+        ndma::poll_plan(ndma::dhal(Arch::V2), false, 4, false, false),
+    );
+    assert_ne!(async_plan.1, sync_plan.1);
+    // The first wait (async, ≈ 120 ms) and the first replay fall inside the 200 ms reset; the second wait
+    // (sync, ≈ 119 ms) outlasts it, so the second replay runs.
+    assert!(emu.reset_nc(0, 200));
+    let h = dev.memcpy_mc_async(&a.src, &a.dst, GUARD, GUARD, a.len, 0, CtxHandle::None).unwrap();
+    let h2 = dev.memcpy_mc_async(&b.src, &b.dst, GUARD, GUARD, b.len, 0, h).unwrap();
+    let s = dev.ring_stats(0).unwrap();
+    assert_eq!((s.timeouts, s.retries), (2, 2), "{s:?}");
+    // A timed-out wait makes loop + 1 polls; the wait after the second replay sees A's marker at its first.
+    assert_eq!(s.polls, (async_plan.1 + 1) + (sync_plan.1 + 1) + 1, "async budget, then sync: {s:?}");
+    dev.memcpy_mc_wait(&b.src, &b.dst, h2).unwrap();
+    a.verify("a after two replays", true).unwrap();
+    b.verify("b after two replays", true).unwrap();
+}
