@@ -213,3 +213,24 @@ fn after_a_replay_the_wait_is_synchronous() {
     a.verify("a after two replays", true).unwrap();
     b.verify("b after two replays", true).unwrap();
 }
+
+/// FACTS §7.2 V2 retry step 2 (spec §5, "resetting start_time each lap"): each retry restarts the op's clock,
+/// so a copy that still hangs once the reset is over leaves the window and reports its timeout — after one
+/// retry here — instead of being replayed as long as its *first* start lies before the reset's end.
+#[test]
+fn each_retry_restarts_the_ops_clock_so_a_hang_past_the_reset_is_reported() {
+    let tb = fake(Arch::V2);
+    let (dev, emu) = tb.device(0);
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let w = Window::new(dev, emu, Dir::H2d, 4096, 0, 10).unwrap();
+    // A 10 ms reset, and a queue that hangs whatever happens: the first wait (≈ 40 ms) ends after the reset.
+    assert!(emu.reset_nc(0, 10));
+    emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: true });
+    let err = w.copy_all().unwrap_err();
+    assert!(matches!(err, NdmaError::Timeout { count: 2, .. }), "{err}");
+    let s = dev.ring_stats(0).unwrap();
+    assert_eq!((s.timeouts, s.retries), (2, 1), "one retry, then outside the window: {s:?}");
+    emu.fault_plan().clear();
+    w.copy_all().unwrap();
+    w.verify("after the hang", true).unwrap();
+}
