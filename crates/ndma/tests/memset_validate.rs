@@ -142,7 +142,8 @@ fn copy_descriptors_validates_every_pa_before_copying_anything() {
                 );
             }
         }
-        // Malformed requests.
+        // Malformed requests. The queue types are the ioctl's numbers (`NEURON_DMA_QUEUE_TYPE_*`, FACTS §3.1).
+        assert_eq!((NEURON_DMA_QUEUE_TYPE_TX, NEURON_DMA_QUEUE_TYPE_RX), (0, 1));
         let ring = tx_ring(&[device_pa]);
         let dst = dev.alloc_host(64, 0).unwrap();
         assert_eq!(dev.copy_descriptors(&ring, 0, &dst, 0, 16, 2), Err(NdmaError::InvalidQueueType(2)));
