@@ -1081,6 +1081,20 @@ fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
     assert_eq!(z.tb.emu.host().frames().leak_check().pinned_frames, pages, "the range stays pinned");
     z.tb.system.unpin_host_memory(va + 10).unwrap();
     assert_eq!(z.tb.system.unpin_host_memory(va + 10), Err(NdmaError::NoPinnedRange { va: va + 10 }));
+    // FACTS §6 `ndma_pin_host_memory` / `_unpin_`: the errnos, and on physically contiguous pages the range's
+    // device address — (first page PA + offset) | pci_host_base.
+    let errnos = [
+        NdmaError::PinnedRangeExists { va, existing: va }.errno(),
+        NdmaError::NoPinnedRange { va }.errno(),
+        NdmaError::InvalidPinRange { va: 0, size: 1 }.errno(),
+    ];
+    assert_eq!(errnos, [-17, -2, -22], "-EEXIST, -ENOENT, -EINVAL");
+    assert_eq!(z.tb.system.pin_host_memory(va, 0), Err(NdmaError::InvalidPinRange { va, size: 0 }));
+    let cva = z.map(3, Placement::Contiguous);
+    let first = z.mm.frames_of(cva, 1)[0].unwrap();
+    let pa = z.tb.system.pin_host_memory(cva + 100, 2 * PAGE).unwrap();
+    assert_eq!(pa, Some((first + 100) | Arch::V3.pci_host_base()));
+    z.tb.system.unpin_host_memory(cva + 100).unwrap();
     z.assert_no_leaks("pre-pinned");
 }
 
