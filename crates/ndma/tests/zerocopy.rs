@@ -268,12 +268,14 @@ fn runs_coalesce_and_the_barrier_sits_where_the_arch_needs_it() {
                 let barrier = if arch == Arch::V2 && to_device && last { Barrier::WriteBarrier } else { Barrier::None };
                 assert_eq!(tx.tx().barrier(), barrier, "{arch} {to_device} #{k}");
                 assert!(!rx.rx().len_ctrl.sow(), "{arch} {to_device} #{k}: no SOW on data");
+                assert!(!rx.rx().len_ctrl.int_en(), "{arch} {to_device} #{k}: no interrupt (FACTS §1.2)");
             }
             let (mtx, mrx) = pairs.last().unwrap();
             assert_eq!(mtx.tx().len_ctrl.len_bytes(), 4, "the marker closes the piece");
             let sow = arch == Arch::V3 && to_device;
             assert_eq!(mrx.rx().len_ctrl.sow(), sow, "{arch} to_device {to_device}: SOW on the marker");
             assert_eq!(mtx.tx().barrier(), Barrier::None);
+            assert!(!mrx.rx().len_ctrl.int_en(), "{arch} to_device {to_device}: completion is polled, not signalled");
             z.assert_no_leaks("descriptors");
         }
     }
