@@ -40,7 +40,7 @@ fn a_machine_has_one_to_sixty_four_devices() {
     assert_eq!(ndma_emu::MAX_DEVICES, 64);
     for devices in [0, 65] {
         let cfg = EmuConfig { devices, hbm_size: Some(1 << 20), host_dram_size: 1 << 20, ..EmuConfig::new(Arch::V2) };
-        let err = EmuSystem::new(cfg).err().expect("refused");
+        let Err(err) = EmuSystem::new(cfg) else { panic!("a machine of {devices} devices") };
         assert_eq!(err.to_string(), ndma_emu::EmuError::InvalidConfig("device count must be 1..=64").to_string());
     }
 }
