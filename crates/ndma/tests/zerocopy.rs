@@ -1348,3 +1348,124 @@ fn dropping_the_device_with_pieces_that_cannot_move_releases_them() {
     assert!(leak.is_clean(), "{leak:?}");
     drop((mm, _enter));
 }
+
+/// Pages are unpinned dirty exactly when the device wrote them: after a device → host transfer, never after a
+/// host → device one — on the fast path of a sync submit and on the remote pin of a deferred async piece.
+#[test]
+fn only_the_pages_the_device_wrote_are_unpinned_dirty() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let cq = z.cq();
+    let va = z.map(32, Placement::Scattered { seed: 41 });
+    let mc = alloc(dev, false, 32 * PAGE, 0).unwrap();
+    let dirty = |from: usize, n: usize| -> Vec<bool> {
+        (from..from + n).map(|p| z.mm.page(va + p as u64 * PAGE).unwrap().dirty).collect()
+    };
+    let stats = |s: ndma_emu::user::PinStats| (s.fast_calls, s.remote_calls, s.unpinned_pages, s.dirty_unpins);
+    // Sync, fast path: pages 0..8 to the device, pages 8..16 from it.
+    dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: 8 * PAGE, buffer: va }], &mc, 0, -1, true, 0, 0).unwrap();
+    assert_eq!(stats(z.mm.pin_stats()), (1, 0, 8, 0), "host → device: unpinned clean");
+    let op = BatchOp { offset: 0, size: 8 * PAGE, buffer: va + 8 * PAGE };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, false, 0, 0).unwrap();
+    assert_eq!(stats(z.mm.pin_stats()), (2, 0, 16, 8), "device → host: unpinned dirty");
+    // Async and deferred (no pin budget): pinned remotely by the completion thread, pages 16..24 to the
+    // device, pages 24..32 from it.
+    dev.set_zerocopy_pin_budget(0);
+    let op = BatchOp { offset: 0, size: 8 * PAGE, buffer: va + 16 * PAGE };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 1, 0).unwrap();
+    let op = BatchOp { offset: 8 * PAGE, size: 8 * PAGE, buffer: va + 24 * PAGE };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, false, 2, 0).unwrap();
+    dev.set_zerocopy_pin_budget(1 << 20);
+    let done = |seq| CqEntry { sequence_num: seq, compl_ret: 0, context: 0 };
+    assert_eq!(take(&cq, 2), [done(1), done(2)]);
+    assert_eq!(stats(z.mm.pin_stats()), (2, 2, 32, 16), "remote pins: the same rule");
+    let expect: Vec<bool> = [false, true, false, true].iter().flat_map(|&d| [d; 8]).collect();
+    assert_eq!(dirty(0, 32), expect, "the frames the device wrote, and only those, are dirty");
+    z.assert_no_leaks("dirty unpins");
+}
+
+/// A piece that starts in a pre-pinned range but runs past its last page is not covered by it: it pins its
+/// own pages (all of them), and the range is left as it was.
+#[test]
+fn a_piece_running_one_page_past_a_pre_pinned_range_pins_its_own_pages() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let (va, data, mc) = z.source_and_target(8, 43);
+    z.tb.system.pin_host_memory(va, 4 * PAGE).unwrap();
+    let before = z.mm.pin_stats();
+    let op = BatchOp { offset: 0, size: 5 * PAGE, buffer: va };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap();
+    let s = z.mm.pin_stats();
+    assert_eq!((s.pinned_pages - before.pinned_pages, s.unpinned_pages - before.unpinned_pages), (5, 5));
+    let back = read_vec(z.emu(), &mc, 0, 8 * PAGE).unwrap();
+    assert!(back[..5 * PAGE as usize] == data[..5 * PAGE as usize], "five pages moved");
+    assert!(back[5 * PAGE as usize..].iter().all(|&b| b == DST_FILL), "and nothing more");
+    // Inside the range: a reference, no pin.
+    let op = BatchOp { offset: 0, size: 4 * PAGE, buffer: va };
+    dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 0, 0).unwrap();
+    assert_eq!(z.mm.pin_stats().pinned_pages, s.pinned_pages, "covered by the range");
+    assert_eq!(z.tb.system.pinned_ranges(), 1);
+    z.tb.system.unpin_host_memory(va).unwrap();
+    z.assert_no_leaks("past a pre-pinned range");
+}
+
+/// The completion thread pins a deferred piece through the address space that submitted it, which may have
+/// exited since, its pid reused by a new process. Looking for pre-pinned pages on its behalf must not take the
+/// new process's ranges for stale ones and release them: only a lookup for the calling task does that.
+#[test]
+fn a_deferred_piece_of_an_exited_process_leaves_the_ranges_of_its_pids_new_owner_registered() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let cq = z.cq();
+    let mc = alloc(dev, false, 8 * PAGE, 0).unwrap();
+    let old = AddressSpace::new(z.tb.emu.host(), 777);
+    dev.set_zerocopy_pin_budget(0);
+    {
+        let _as_old = old.enter();
+        let va = old.map(&MapSpec::new(8, Placement::Scattered { seed: 44 })).unwrap();
+        let op = BatchOp { offset: 0, size: 8 * PAGE, buffer: va };
+        dev.zerocopy_submit(0, &[op], &mc, 0, -1, true, 1, 10).unwrap();
+    }
+    old.exit();
+    let new = AddressSpace::new(z.tb.emu.host(), 777);
+    let _as_new = new.enter();
+    let va = new.map(&MapSpec::new(8, Placement::Scattered { seed: 45 })).unwrap();
+    z.tb.system.pin_host_memory(va, 8 * PAGE).unwrap();
+    dev.set_zerocopy_pin_budget(1 << 20);
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 1, compl_ret: -3, context: 10 }], "-ESRCH: it exited");
+    assert_eq!(z.tb.system.pinned_ranges(), 1, "the new process's range stays registered");
+    assert_eq!((new.pin_stats().pinned_pages, new.pin_stats().unpinned_pages), (8, 0));
+    z.tb.system.unpin_host_memory(va).unwrap();
+    assert_eq!(new.pin_stats().unpinned_pages, 8);
+    z.assert_no_leaks("pid reuse, deferred");
+}
+
+/// A hang of one piece of a multi-piece async request fails the whole request with one completion: the
+/// request's other pieces — re-queued by the ring's re-initialisation — are drained, not re-issued (their last
+/// piece would post a second completion), and the request behind it completes.
+#[test]
+fn a_hang_in_a_multi_piece_async_request_completes_it_once() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let (eng, qid) = dev.h2t_queue(0).unwrap();
+    let cq = z.cq();
+    let (va, data, mc) = z.source_and_target(200, 46);
+    z.emu().fault_plan().add(ndma_emu::PlannedFault::Hang { engine: eng, qid, persistent: false });
+    let first = BatchOp { offset: 0, size: 192 * PAGE, buffer: va };
+    assert_eq!(pieces(first.size, 0), 3);
+    dev.zerocopy_submit(0, &[first], &mc, 0, -1, true, 1, 10).unwrap();
+    let second = BatchOp { offset: 192 * PAGE, size: 8 * PAGE, buffer: va + 192 * PAGE };
+    dev.zerocopy_submit(0, &[second], &mc, 0, -1, true, 2, 20).unwrap();
+    let got = take(&cq, 2);
+    assert_eq!(
+        got,
+        [
+            CqEntry { sequence_num: 1, compl_ret: -110, context: 10 },
+            CqEntry { sequence_num: 2, compl_ret: 0, context: 20 }
+        ]
+    );
+    let back = read_vec(z.emu(), &mc, 192 * PAGE, 8 * PAGE).unwrap();
+    assert!(back == data[(192 * PAGE) as usize..], "the request behind it landed");
+    z.assert_no_leaks("multi-piece hang");
+    assert_eq!(cq.pop(), None, "one completion per request");
+}
