@@ -200,3 +200,30 @@ fn a_stopped_pair_needs_both_queues_reset() {
     recovers(&mut rig);
     assert!(!rig.dev.is_hung(rig.eng, 0));
 }
+
+/// A doorbell may hand the engine at most the ring's free slots: one that would take the pending count past
+/// the ring's length (each count alone within it) is ignored and recorded, the pending count untouched; the
+/// rest of the ring can still be handed over.
+#[test]
+fn a_doorbell_beyond_the_free_slots_is_ignored_and_recorded() {
+    for exec in POLICIES {
+        let mut rig = Rig::new(Arch::V2, exec, OrderingMode::Relaxed);
+        let tx_db = regs::queue_base(rig.base, Direction::Tx, 0) + regs::q::DRTP_INC;
+        // M2S work alone is not runnable (a pair needs both rings): it stays pending.
+        rig.dev.write32(tx_db, 200);
+        assert_eq!(rig.dev.pending(rig.eng, 0, Direction::Tx), 200);
+        rig.dev.write32(tx_db, 57);
+        let faults = rig.dev.take_faults();
+        assert_eq!(faults.len(), 1);
+        assert_eq!(
+            faults[0].kind,
+            FaultKind::BadDoorbell { dir: Direction::Tx, count: 57, ring_len: 256, pending: 200 }
+        );
+        assert_eq!(rig.dev.pending(rig.eng, 0, Direction::Tx), 200, "ignored");
+        rig.dev.write32(tx_db, 56);
+        assert_eq!(rig.dev.pending(rig.eng, 0, Direction::Tx), 256, "exactly the free slots: accepted");
+        assert!(rig.dev.faults().is_empty());
+        assert!(!rig.dev.is_halted(rig.eng, 0));
+        recovers(&mut rig);
+    }
+}
