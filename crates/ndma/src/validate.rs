@@ -202,7 +202,8 @@ pub fn bar0_blocked_one_engine(base: u64, off: u64) -> bool {
 }
 
 /// The hardened BAR0 gate: refuse a userspace write of `len` bytes at `off` if any byte of it overlaps a
-/// blocked register of any engine of the arch (the driver only refuses exact offsets).
+/// blocked register of any engine of the arch (the driver only refuses exact offsets). A `len` of 0 is judged
+/// as one byte at `off`: a zero-length write aimed at a doorbell is refused like the write it names.
 ///
 /// ```
 /// use ndma::validate::bar0_write_blocked;
@@ -213,6 +214,7 @@ pub fn bar0_blocked_one_engine(base: u64, off: u64) -> bool {
 /// assert!(bar0_write_blocked(Arch::V2, rx5 + regs::q::DRTP_INC - 4, 8));
 /// assert!(!bar0_write_blocked(Arch::V2, rx5 + regs::q::CFG, 4));
 /// assert!(bar0_write_blocked(Arch::V2, u64::MAX - 1, 4), "an end that overflows is refused");
+/// assert!(bar0_write_blocked(Arch::V2, rx5 + regs::q::DRTP_INC, 0), "0 bytes: judged as one");
 /// ```
 pub fn bar0_write_blocked(arch: Arch, off: u64, len: u64) -> bool {
     let Some(end) = off.checked_add(len.max(1)) else {
