@@ -10,7 +10,7 @@
 //! - [`Dir`]: the four copy directions; [`Window`]: a guarded source/destination pair (dmatest-style: a
 //!   pattern inside, guard bytes before and after);
 //! - [`rig`]: a HAL-only rig (one engine, one M2M queue pair, a marker) for the model's own tests;
-//! - [`fuzz`] (feature `fuzzing`): the bodies of the cargo-fuzz targets under `fuzz/`;
+//! - `fuzz` (feature `fuzzing`): the bodies of the cargo-fuzz targets under `fuzz/`;
 //! - [`take_completions`]: completions taken from a zero-copy completion queue, with a bound;
 //! - [`HarnessError`]: why a harness step failed, including the first wrong byte of a check.
 //!

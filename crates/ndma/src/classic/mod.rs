@@ -86,7 +86,7 @@ impl NeuronDevice {
     }
 
     /// `ndma_memcpy_mc`: copy between memory chunks, synchronously. NC: the device side's (host→host: the
-    /// destination's). [`NeuronDevice::copy`] does the same from a [`Transfer`](crate::Transfer).
+    /// destination's). [`NeuronDevice::copy`] does the same from a [`Transfer`].
     ///
     /// ```
     /// # mod doctest { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/doctest/support.rs")); }

@@ -22,7 +22,7 @@ pub const POLL_INTERVAL_US: u64 = 1;
 
 /// The exact delays a wait uses: `(first_wait_us, loop)`; the poll loop makes `loop + 1` polls.
 ///
-/// `emulation` scales the following wait ×100000 ([`Platform::is_emulation`](crate::Platform::is_emulation));
+/// `emulation` scales the following wait ×100000 ([`Platform::is_emulation`]);
 /// a synchronous device-to-device batch (`is_d2d`) waits 10 µs first and 1/200 of the budget after.
 ///
 /// Which batches are device-to-device is a reading of the spec, which is of two minds: its sketch of
