@@ -108,7 +108,6 @@ impl RingGuard<'_> {
                 qid = self.ring.qid,
                 "Failed to copy memory during a NeuronCore reset; re-initialising the ring and retrying"
             );
-            self.inner.contexts[wait_slot].start_time = self.dev.platform.jiffies();
             self.replay_in_flight(wait_slot)?;
             if self.inner.contexts[wait_slot].in_flight == 0 {
                 // Its marker had landed after all (just after the last poll): the re-initialisation completed it
