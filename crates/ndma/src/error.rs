@@ -190,6 +190,11 @@ pub enum NdmaError {
         /// Completions held back.
         backlog: usize,
     },
+    /// [`zerocopy_submit_completed`](crate::NeuronDevice::zerocopy_submit_completed) with sequence number 0
+    /// (`-EINVAL`): 0 names a synchronous request and marks an empty completion-queue slot, so no consumer
+    /// could tell that completion from no completion. The driver posts it.
+    #[error("sequence number 0 names a synchronous request: it has no completion to post")]
+    ZeroSequence,
     /// The calling task has no user address space to pin pages in (`-EFAULT`).
     #[error("the calling task has no user address space")]
     NoAddressSpace,
@@ -308,7 +313,8 @@ impl NdmaError {
             NdmaError::PinnedRangeExists { .. } => -errno::EEXIST,
             NdmaError::ZeroCopyUnsupported
             | NdmaError::AsyncZeroCopyUnsupported
-            | NdmaError::InvalidPinRange { .. } => -errno::EINVAL,
+            | NdmaError::InvalidPinRange { .. }
+            | NdmaError::ZeroSequence => -errno::EINVAL,
             NdmaError::Timeout { .. } | NdmaError::RetryExhausted { .. } => -errno::ETIMEDOUT,
             NdmaError::NoMemory { .. } | NdmaError::Thread(_) => -errno::ENOMEM,
             NdmaError::ContextInUse(_) => -errno::EBUSY,

@@ -5,7 +5,9 @@
 //! Properties, in every interleaving loom explores: no entry is lost, none is taken twice, each consumer
 //! takes entries in the order they were posted, every entry is read whole (never a half-written or
 //! half-cleared one), and a taken slot is left cleared; and an observer counting what is pending never sees
-//! more than the queue holds.
+//! more than the queue holds. And a consumer that dies holding the lock, at any step of taking an entry,
+//! leaves nothing lost or taken twice: the survivor takes the lock over (the process table is an atomic
+//! standing in for the kernel's).
 //!
 //! Only built with `--cfg loom` (`.ci/run` runs it):
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" cargo test -p ndma --test loom_cq --release`
@@ -45,25 +47,37 @@ impl Atomic64 for W64 {
     }
 }
 
-/// The queue's words: the 4-word header and `capacity` entries of 3 fields.
+/// The queue's words: the 4-word header and `capacity` entries of 3 fields; and, standing in for the
+/// kernel's process table, which consumer exited.
 struct Words {
     header: [W32; 4],
     entries: Vec<[W64; 3]>,
+    /// The owner id of a consumer that exited (0: none).
+    exited: AtomicU32,
 }
 
-/// The shared memory as every party sees it.
+/// The shared memory as consumer process `owner` sees it.
 #[derive(Clone)]
-struct Mem(Arc<Words>);
+struct Mem(Arc<Words>, u32);
 
 impl Mem {
     fn new(capacity: u32) -> Mem {
         assert!(capacity.is_power_of_two());
         let w32 = || W32(AtomicU32::new(0));
         let w64 = || W64(AtomicU64::new(0));
-        Mem(Arc::new(Words {
-            header: [w32(), w32(), w32(), w32()],
-            entries: (0..capacity).map(|_| [w64(), w64(), w64()]).collect(),
-        }))
+        Mem(
+            Arc::new(Words {
+                header: [w32(), w32(), w32(), w32()],
+                entries: (0..capacity).map(|_| [w64(), w64(), w64()]).collect(),
+                exited: AtomicU32::new(0),
+            }),
+            1,
+        )
+    }
+
+    /// The same memory as process `owner` sees it.
+    fn as_owner(&self, owner: u32) -> Mem {
+        Mem(Arc::clone(&self.0), owner)
     }
 
     /// Every field of every entry, read after all threads joined.
@@ -88,6 +102,17 @@ impl CqMemory for Mem {
     fn spin(&self) {
         // A consumer waiting for the lock must let loom schedule the holder.
         thread::yield_now();
+    }
+    fn owner(&self) -> u32 {
+        self.1
+    }
+    fn owner_gone(&self, owner: u32) -> bool {
+        // Acquire: pairs with the exiting consumer's Release, as the kernel's exit path orders a process's
+        // stores before its pid is reported gone.
+        self.0.exited.load(Ordering::Acquire) == owner
+    }
+    fn spins_per_owner_check(&self) -> u32 {
+        1
     }
 }
 
@@ -182,4 +207,90 @@ fn the_pending_count_never_exceeds_the_capacity() {
         assert!(seen <= 2, "pending() saw {seen} in a queue of 2");
         assert_eq!(pending(&mem), 2 - taken as u32);
     });
+}
+
+/// A consumer (process 9) dies holding the lock after `steps` steps of taking the head entry, by the protocol
+/// of the module doc (0: locked only; 1: cleared the sequence number; 2: cleared the entry; 3: moved the
+/// head), while another consumer (process 1) waits for the lock and the producer posts a third completion.
+/// In every interleaving the survivor takes over, and between them the two take each completion exactly
+/// once, whole: the dying one's only if it got as far as clearing its sequence number.
+fn dies_holding_the_lock(steps: u32) {
+    loom::model(move || {
+        let mem = Mem::new(4);
+        let mut producer = CqProducer::new(mem.clone());
+        producer.put(entry(1));
+        producer.put(entry(2));
+        let dying = mem.as_owner(9);
+        let dier = thread::spawn(move || {
+            let lock = dying.word(LOCK);
+            while lock.compare_exchange_weak(0, 9, Ordering::Acquire, Ordering::Relaxed).is_err() {
+                thread::yield_now();
+            }
+            let tail = dying.word(TAIL).load(Ordering::Acquire);
+            let head = dying.word(HEAD).load(Ordering::Relaxed);
+            if head == tail {
+                // Nothing to take (the survivor was first): it dies holding the lock of an empty queue.
+                dying.0.exited.store(9, Ordering::Release);
+                return None;
+            }
+            let e = CqEntry {
+                sequence_num: dying.entry_word(head, 0).load(Ordering::Relaxed),
+                compl_ret: dying.entry_word(head, 1).load(Ordering::Relaxed) as i64,
+                context: dying.entry_word(head, 2).load(Ordering::Relaxed),
+            };
+            let cleared = match steps {
+                0 => 0,
+                1 => 1, // the sequence number only
+                _ => 3,
+            };
+            for field in 0..cleared {
+                dying.entry_word(head, field).store(0, Ordering::Relaxed);
+            }
+            if steps >= 3 {
+                dying.word(HEAD).store(head + 1, Ordering::Release);
+            }
+            // The process exits, lock held.
+            dying.0.exited.store(9, Ordering::Release);
+            (steps >= 1).then_some(e)
+        });
+        let survivor = mem.as_owner(1);
+        let taker = thread::spawn(move || (0..2).filter_map(|_| consume(&survivor)).collect::<Vec<_>>());
+        producer.put(entry(3));
+        let died_with = dier.join().unwrap();
+        let mut got = taker.join().unwrap();
+        let alone = mem.as_owner(1);
+        while let Some(e) = consume(&alone) {
+            got.push(e);
+        }
+        for e in &got {
+            assert_eq!(*e, entry(e.sequence_num), "a torn, empty or half-cleared entry: {e:?}");
+        }
+        let mut all: Vec<u64> = got.iter().map(|e| e.sequence_num).chain(died_with.map(|e| e.sequence_num)).collect();
+        all.sort_unstable();
+        assert_eq!(all, [1, 2, 3], "each completion once (died after step {steps}, survivor got {got:?})");
+        // The dead holder's lock is taken over only by a consumer that needs it: one that found the queue
+        // empty never asked. A completion posted now is taken, whatever happened before.
+        let header = |off| mem.word(off).load(Ordering::Relaxed);
+        assert!(matches!(header(LOCK), 0 | 9), "lock word {}", header(LOCK));
+        producer.put(entry(4));
+        assert_eq!(consume(&alone), Some(entry(4)));
+        assert_eq!((header(HEAD), header(TAIL), header(LOCK)), (4, 4, 0));
+        assert!(mem.all_entry_words().iter().all(|&w| w == 0), "every slot cleared");
+    });
+}
+
+#[test]
+fn a_consumer_that_dies_holding_the_lock_before_touching_an_entry_loses_nothing() {
+    dies_holding_the_lock(0);
+}
+
+#[test]
+fn a_consumer_that_dies_while_clearing_an_entry_takes_only_that_entry() {
+    dies_holding_the_lock(1);
+    dies_holding_the_lock(2);
+}
+
+#[test]
+fn a_consumer_that_dies_after_moving_the_head_takes_only_its_entry() {
+    dies_holding_the_lock(3);
 }

@@ -717,8 +717,9 @@ fn a_failed_pin_in_the_completion_thread_drains_only_its_own_request() {
     z.assert_no_leaks("a failed pin beside the same sequence number");
 }
 
-/// `submit_completed` has the async gates of a submit (owner, V2) and, like every async request, never waits
-/// for room: a full context queue refuses it, and refuses an async request with nothing to move, with -EBUSY.
+/// `submit_completed` has the async gates of a submit (owner, V2, a non-zero sequence number) and, like every
+/// async request, never waits for room: a full context queue refuses it, and refuses an async request with
+/// nothing to move, with -EBUSY.
 #[test]
 fn a_request_already_over_is_refused_by_the_gates_and_by_a_full_queue() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
@@ -726,6 +727,11 @@ fn a_request_already_over_is_refused_by_the_gates_and_by_a_full_queue() {
     let cq = z.cq();
     assert_eq!(dev.zerocopy_submit_completed(0, 1, 1, 0, 0), Err(NdmaError::NotOwner { nc: 0, qid: 1 }));
     assert_eq!(dev.zerocopy_submit_completed(99, -1, 1, 0, 0), Err(NdmaError::NotOwner { nc: 99, qid: -1 }));
+    // Sequence number 0 names a synchronous request; its entry would read as an empty slot (a departure: the
+    // driver posts it).
+    assert_eq!(dev.zerocopy_submit_completed(0, -1, 0, 0, 5), Err(NdmaError::ZeroSequence));
+    assert_eq!(NdmaError::ZeroSequence.errno(), -22);
+    assert_eq!(dev.zerocopy_status(0).unwrap().contexts, 0, "nothing queued");
     dev.set_zerocopy_pin_budget(0);
     let va = z.map(1, Placement::Contiguous);
     let mc = alloc(dev, false, PAGE, 0).unwrap();

@@ -14,10 +14,26 @@
 //!   it); writes the entry at `tail & mask`; publishes `tail + 1` with `Release`. It never waits: when the
 //!   queue is full the entry goes to a driver-side backlog, posted in order as soon as consumers free space
 //!   (the driver instead sleeps holding the ring lock).
-//! - Consumer (the runtime's side, defined here): take the lock word (`Acquire` CAS 0 → 1); load tail with
-//!   `Acquire`; if head ≠ tail read the entry at `head & mask`, clear it, and publish `head + 1` with
-//!   `Release`; release the lock (`Release` store of 0). The lock serialises consumers: clearing an entry
-//!   and advancing the head must not interleave with another consumer's.
+//! - Consumer (the runtime's side, defined here): return at once if head = tail; otherwise take the lock
+//!   word (`Acquire` CAS 0 → the process id); load tail with `Acquire`; if head ≠ tail read the entry at
+//!   `head & mask`, clear it (sequence number first), and publish `head + 1` with `Release`; release the
+//!   lock (`Release` store of 0). The lock serialises consumers: clearing an entry and advancing the head
+//!   must not interleave with another consumer's.
+//!
+//! # A consumer that dies holding the lock
+//!
+//! Consumers are often other processes, and a process can be killed anywhere, lock held or not. The lock
+//! word names its holder's process, so a consumer that has waited a while asks the kernel whether that
+//! process still exists (`kill(pid, 0)`); if it does not, it takes the lock over (CAS from the dead id to its
+//! own) and finishes what the dead holder may have left half done: an entry at the head whose sequence number
+//! is already 0 was read and was being cleared — it left with the dead process, as an entry it had taken
+//! would have — so the head moves past it; an entry whose sequence number is intact was not touched (the
+//! sequence number is cleared first) and is taken normally. The rule needs every posted entry to have a
+//! non-zero sequence number, which the driver side guarantees (0 means a synchronous request, which posts
+//! nothing, and [`crate::NeuronDevice::zerocopy_submit_completed`] refuses it). The kernel reports a process
+//! gone only once it has exited, after every store it made is visible, so the survivor reads the dead
+//! holder's last writes. Consumers must share a PID namespace (a process id names the same process for
+//! all of them); within one process the lock is never recovered (its threads do not die holding it).
 //!
 //! # Staleness
 //!
@@ -98,7 +114,7 @@ pub struct CqHeader {
     pub head: u32,
     /// Producer's free-running index.
     pub tail: u32,
-    /// Padding in the driver's layout; the consumers' lock word here.
+    /// Padding in the driver's layout; the consumers' lock word here: 0, or the holder's process id.
     pub consumer_lock: u32,
 }
 
@@ -230,6 +246,25 @@ pub trait CqMemory {
     fn spin(&self) {
         std::hint::spin_loop();
     }
+    /// The id a consumer writes into the lock word while it holds it: its process id (never 0).
+    fn owner(&self) -> u32 {
+        std::process::id()
+    }
+    /// Has the process `owner` (a lock holder's id) exited? Asked every
+    /// [`CqMemory::spins_per_owner_check`] spins while it holds the lock; a true answer lets the asker take
+    /// the lock over (module doc, "A consumer that dies holding the lock"). Everything the holder stored
+    /// before it exited must be visible to the caller once this returns true.
+    fn owner_gone(&self, owner: u32) -> bool {
+        let Ok(pid) = libc::pid_t::try_from(owner) else { return false };
+        // SAFETY: signal 0 sends nothing; the call only checks that the process exists and may be signalled.
+        let r = unsafe { libc::kill(pid, 0) };
+        // EPERM: it exists under another user. Only ESRCH says it is gone.
+        r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+    /// Spins between two [`CqMemory::owner_gone`] questions (a system call each).
+    fn spins_per_owner_check(&self) -> u32 {
+        1024
+    }
 }
 
 /// A completion queue's memory at a CPU address.
@@ -304,13 +339,19 @@ pub fn init<M: CqMemory>(m: &M) {
         m.word(off).store(0, Ordering::Relaxed);
     }
     for slot in 0..m.capacity() {
-        write_entry(m, slot, CqEntry::default());
+        clear_entry(m, slot);
     }
+}
+
+/// Clears entry `slot`, sequence number first: a consumer that takes over the lock of one that died reads a
+/// non-zero sequence number as "this entry was not touched" (module doc).
+fn clear_entry<M: CqMemory>(m: &M, slot: u32) {
+    write_entry(m, slot, CqEntry::default());
 }
 
 fn write_entry<M: CqMemory>(m: &M, slot: u32, e: CqEntry) {
     // Relaxed: published by the producer's Release store of tail (or, for a cleared entry, the consumer's
-    // Release store of head).
+    // Release store of head). The sequence number goes first (see `clear_entry`).
     m.entry_word(slot, 0).store(e.sequence_num, Ordering::Relaxed);
     m.entry_word(slot, 1).store(e.compl_ret as u64, Ordering::Relaxed);
     m.entry_word(slot, 2).store(e.context, Ordering::Relaxed);
@@ -384,10 +425,14 @@ impl<M: CqMemory> CqProducer<M> {
 
 /// Takes the next entry, if any, as the runtime does (module doc, "Protocol"); example on [`CqMemory`].
 pub fn consume<M: CqMemory>(m: &M) -> Option<CqEntry> {
+    // Empty: no lock, and no system call for the owner id (a consumer polls an empty queue most of the time).
+    // If head = tail at the tail's load, the queue was empty at that moment (`pending`).
+    if pending(m) == 0 {
+        return None;
+    }
     let lock = m.word(LOCK);
-    // Acquire: the previous holder's clear and head store (released by its unlock) are visible.
-    while lock.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
-        m.spin();
+    if lock_consumers(m) {
+        recover_dead_holder(m);
     }
     // Acquire: pairs with the producer's Release of tail: the entries before it are written.
     let tail = m.word(TAIL).load(Ordering::Acquire);
@@ -395,7 +440,7 @@ pub fn consume<M: CqMemory>(m: &M) -> Option<CqEntry> {
     let head = m.word(HEAD).load(Ordering::Relaxed);
     let taken = (head != tail).then(|| {
         let e = read_entry(m, head);
-        write_entry(m, head, CqEntry::default());
+        clear_entry(m, head);
         // Release: the producer may reuse the slot once it sees this head; our reads and the clear come first.
         m.word(HEAD).store(head.wrapping_add(1), Ordering::Release);
         e
@@ -403,6 +448,52 @@ pub fn consume<M: CqMemory>(m: &M) -> Option<CqEntry> {
     // Release: hands the head and the cleared entry to the next consumer.
     lock.store(0, Ordering::Release);
     taken
+}
+
+/// Takes the consumers' lock for [`CqMemory::owner`]; true when it was taken over from a holder that exited
+/// ([`CqMemory::owner_gone`]).
+fn lock_consumers<M: CqMemory>(m: &M) -> bool {
+    let lock = m.word(LOCK);
+    let me = m.owner();
+    let mut spins = 0u32;
+    loop {
+        // Acquire: the previous holder's clear and head store (released by its unlock) are visible.
+        let holder = match lock.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => return false,
+            Err(0) => continue, // a spurious failure
+            Err(holder) => holder,
+        };
+        spins = spins.wrapping_add(1);
+        if holder != me && spins % m.spins_per_owner_check().max(1) == 0 && m.owner_gone(holder) {
+            // The holder exited without unlocking; nobody releases its stores, but `owner_gone` returned only
+            // once they are visible. Of the consumers that saw it gone, the one whose CAS moves the word
+            // from the dead id takes over; the others wait for it like any holder (as does this one after a
+            // spurious failure, until its next check). Acquire: as above.
+            if lock.compare_exchange_weak(holder, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return true;
+            }
+        }
+        m.spin();
+    }
+}
+
+/// Finishes what a consumer that died holding the lock may have left half done (module doc): if the entry
+/// at the head is not empty-looking the dead holder never started clearing it; if its sequence number is 0 it
+/// had read it and was clearing it, so the head moves past it (and the rest of the slot is cleared).
+fn recover_dead_holder<M: CqMemory>(m: &M) {
+    // Acquire: as in `consume`.
+    let tail = m.word(TAIL).load(Ordering::Acquire);
+    // Relaxed: the dead holder's stores are visible (`lock_consumers`).
+    let head = m.word(HEAD).load(Ordering::Relaxed);
+    // Relaxed: as above.
+    if head != tail && m.entry_word(head, 0).load(Ordering::Relaxed) == 0 {
+        clear_entry(m, head);
+        // Release: as in `consume`.
+        m.word(HEAD).store(head.wrapping_add(1), Ordering::Release);
+        tracing::warn!(head, "completion queue: took over the lock of a consumer that exited while taking an entry");
+    } else {
+        tracing::warn!(head, "completion queue: took over the lock of a consumer that exited holding it");
+    }
 }
 
 /// Completions posted and not yet taken, as a consumer sees them: a snapshot within `0..=capacity`. Head is
@@ -567,10 +658,14 @@ impl CqConsumer {
 mod tests {
     use super::*;
 
-    /// Plain atomics standing in for the shared memory.
+    /// Plain atomics standing in for the shared memory, and the process table as the consumers see it.
     struct Words {
         header: [AtomicU32; 4],
         entries: Vec<[AtomicU64; 3]>,
+        /// The owner id of a consumer that exited (0: none did).
+        dead: AtomicU32,
+        /// `owner_gone` questions asked.
+        checks: AtomicU32,
     }
 
     impl Words {
@@ -578,6 +673,8 @@ mod tests {
             Words {
                 header: Default::default(),
                 entries: (0..NDMA_H2D_COMPL_QUEUE_CAPACITY).map(|_| Default::default()).collect(),
+                dead: AtomicU32::new(0),
+                checks: AtomicU32::new(0),
             }
         }
     }
@@ -592,6 +689,131 @@ mod tests {
         fn entry_word(&self, slot: u32, field: usize) -> &AtomicU64 {
             &self.entries[(slot & (NDMA_H2D_COMPL_QUEUE_CAPACITY - 1)) as usize][field]
         }
+        fn owner_gone(&self, owner: u32) -> bool {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+            owner == self.dead.load(Ordering::SeqCst)
+        }
+        fn spins_per_owner_check(&self) -> u32 {
+            4
+        }
+    }
+
+    /// The queue as the consumer process `.1` sees it.
+    struct As<'a>(&'a Words, u32);
+
+    impl CqMemory for As<'_> {
+        type W32 = AtomicU32;
+        type W64 = AtomicU64;
+
+        fn word(&self, off: usize) -> &AtomicU32 {
+            self.0.word(off)
+        }
+        fn entry_word(&self, slot: u32, field: usize) -> &AtomicU64 {
+            self.0.entry_word(slot, field)
+        }
+        fn owner(&self) -> u32 {
+            self.1
+        }
+        fn owner_gone(&self, owner: u32) -> bool {
+            self.0.owner_gone(owner)
+        }
+        fn spins_per_owner_check(&self) -> u32 {
+            self.0.spins_per_owner_check()
+        }
+    }
+
+    /// Completion `i`: every field non-zero and distinct.
+    fn entry(i: u64) -> CqEntry {
+        CqEntry { sequence_num: i, compl_ret: -(i as i64), context: 0x100 + i }
+    }
+
+    /// A queue holding completions 1 and 2, and a consumer (process 41) that took the lock and got `steps`
+    /// of the way through taking completion 1 (1: cleared its sequence number, 2: the whole entry, 3: moved
+    /// the head too) before it exited, lock held.
+    fn died_holding_the_lock(steps: u32) -> CqProducer<Words> {
+        let mut p = CqProducer::new(Words::new());
+        p.put(entry(1));
+        p.put(entry(2));
+        let m = p.memory();
+        m.word(LOCK).store(41, Ordering::SeqCst);
+        if steps >= 1 {
+            m.entry_word(0, 0).store(0, Ordering::SeqCst);
+        }
+        if steps >= 2 {
+            clear_entry(m, 0);
+        }
+        if steps >= 3 {
+            m.word(HEAD).store(1, Ordering::SeqCst);
+        }
+        m.dead.store(41, Ordering::SeqCst);
+        p
+    }
+
+    /// A consumer whose holder died before it touched the head entry takes that entry itself: nothing lost.
+    #[test]
+    fn a_dead_holders_lock_is_taken_over_and_an_untouched_entry_is_still_delivered() {
+        let p = died_holding_the_lock(0);
+        let me = As(p.memory(), 7);
+        assert_eq!(consume(&me), Some(entry(1)));
+        assert!(p.memory().checks.load(Ordering::SeqCst) >= 1, "the holder's liveness was asked");
+        assert_eq!(consume(&me), Some(entry(2)));
+        assert_eq!(consume(&me), None);
+        assert_eq!(p.memory().word(LOCK).load(Ordering::SeqCst), 0, "released after the take-over");
+    }
+
+    /// A holder that died while clearing (or after clearing, or after moving the head) had taken completion
+    /// 1: the survivor gets completion 2 — never an empty, half-cleared or repeated entry — and the slot ends
+    /// up fully cleared.
+    #[test]
+    fn a_dead_holders_half_taken_entry_is_skipped_whole() {
+        for steps in 1..=3 {
+            let p = died_holding_the_lock(steps);
+            let me = As(p.memory(), 7);
+            assert_eq!(consume(&me), Some(entry(2)), "died after step {steps}");
+            assert_eq!(consume(&me), None, "died after step {steps}");
+            assert_eq!(read_entry(p.memory(), 0), CqEntry::default(), "died after step {steps}");
+            let h = |off| p.memory().word(off).load(Ordering::SeqCst);
+            assert_eq!((h(HEAD), h(TAIL), h(LOCK)), (2, 2, 0), "died after step {steps}");
+        }
+    }
+
+    /// A live holder is waited for, however long it holds the lock: the waiter asks after it and does not
+    /// take over, and takes its entry only once the holder lets go.
+    #[test]
+    fn a_live_holder_is_waited_for_not_taken_over() {
+        let mut p = CqProducer::new(Words::new());
+        p.put(entry(1));
+        let m = p.memory();
+        m.word(LOCK).store(41, Ordering::SeqCst); // process 41 holds it, alive
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let e = consume(&As(m, 7));
+                done.store(true, Ordering::SeqCst);
+                e
+            });
+            let mut tries = 0u64;
+            while m.checks.load(Ordering::SeqCst) < 3 {
+                tries += 1;
+                assert!(tries < 1_000_000_000, "the waiter never asked after the holder");
+                std::hint::spin_loop();
+            }
+            assert!(!done.load(Ordering::SeqCst), "took the lock of a live holder");
+            assert_eq!(m.word(LOCK).load(Ordering::SeqCst), 41);
+            m.word(LOCK).store(0, Ordering::SeqCst); // the holder unlocks
+            assert_eq!(waiter.join().unwrap(), Some(entry(1)));
+        });
+    }
+
+    /// An empty queue is answered without the lock (a held lock does not delay it, and no owner is asked
+    /// after).
+    #[test]
+    fn an_empty_queue_is_answered_without_the_lock() {
+        let w = Words::new();
+        init(&w);
+        w.word(LOCK).store(41, Ordering::SeqCst);
+        assert_eq!(consume(&As(&w, 7)), None);
+        assert_eq!(w.checks.load(Ordering::SeqCst), 0);
     }
 
     #[test]

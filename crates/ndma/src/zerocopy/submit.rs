@@ -197,9 +197,10 @@ impl NeuronDevice {
     ///
     /// # Errors
     ///
-    /// [`NdmaError::NotOwner`], [`NdmaError::AsyncZeroCopyUnsupported`], [`NdmaError::QueueFull`],
-    /// [`NdmaError::CompletionBacklogFull`], and failures to start the completion thread
-    /// ([`NdmaError::CompletionThreadStopped`] once its system was dropped).
+    /// [`NdmaError::NotOwner`], [`NdmaError::AsyncZeroCopyUnsupported`], [`NdmaError::ZeroSequence`] for
+    /// sequence number 0 (the driver posts a completion no consumer can tell from an empty slot),
+    /// [`NdmaError::QueueFull`], [`NdmaError::CompletionBacklogFull`], and failures to start the completion
+    /// thread ([`NdmaError::CompletionThreadStopped`] once its system was dropped).
     pub fn zerocopy_submit_completed(
         &self,
         nc: u32,
@@ -210,6 +211,9 @@ impl NeuronDevice {
     ) -> Result<()> {
         let ring = self.zc_owned_ring(nc, qid)?;
         let bit = self.zc_bit(ring, true)?.ok_or(NdmaError::AsyncZeroCopyUnsupported)?;
+        if sequence_num == 0 {
+            return Err(NdmaError::ZeroSequence);
+        }
         self.completion_thread.ensure(self, bit)?;
         let mut g = RingGuard::lock(self, ring);
         self.zc_check_thread()?;
