@@ -18,6 +18,14 @@ use udma::{Arch, DmaMemory};
 const PEER_ENV: &str = "NDMA_CQ_PEER";
 const REQUESTS: u64 = 300;
 
+/// A V3 testbed with threaded engines and the completion queue of device 0's NC 0.
+fn queue_bed() -> (ndma_emu::Testbed, Arc<ndma::MemChunk>) {
+    let tb =
+        ndma_emu::test_utils::testbed(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed, ndma_emu::ClockKind::Real);
+    let chunk = tb.system.devices()[0].completion_queue(0).unwrap();
+    (tb, chunk)
+}
+
 /// Re-executes this test binary to run only the ignored test `name`, with the queue of `chunk` passed in
 /// `PEER_ENV` (its memfd inherited across the exec).
 fn spawn_peer(tb: &ndma_emu::Testbed, chunk: &ndma::MemChunk, name: &str) -> std::process::Child {
@@ -55,10 +63,8 @@ fn map_from_parent() -> Option<SharedMapping> {
 
 #[test]
 fn a_second_process_takes_every_completion_in_order() {
-    let tb =
-        ndma_emu::test_utils::testbed(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed, ndma_emu::ClockKind::Real);
+    let (tb, chunk) = queue_bed();
     let dev = &tb.system.devices()[0];
-    let chunk = dev.completion_queue(0).unwrap();
     let peer = spawn_peer(&tb, &chunk, "cq_peer");
 
     let mm = AddressSpace::new(tb.emu.host(), 77);
@@ -112,10 +118,8 @@ fn cq_peer() {
 /// the holder gone, takes the lock over, skips the half-taken entry and returns the next one.
 #[test]
 fn a_process_that_exits_holding_the_consumers_lock_does_not_hang_the_others() {
-    let tb =
-        ndma_emu::test_utils::testbed(Arch::V3, ExecPolicy::Threaded, OrderingMode::Relaxed, ndma_emu::ClockKind::Real);
+    let (tb, chunk) = queue_bed();
     let dev = &tb.system.devices()[0];
-    let chunk = dev.completion_queue(0).unwrap();
     let cq = CqConsumer::new(&chunk).unwrap();
     dev.zerocopy_submit_completed(0, -1, 1, 0, 10).unwrap();
     dev.zerocopy_submit_completed(0, -1, 2, -5, 20).unwrap();
