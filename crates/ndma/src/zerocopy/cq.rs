@@ -77,7 +77,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use crate::memory::MemChunk;
 use crate::{NdmaError, Result};
@@ -248,7 +248,7 @@ pub trait CqMemory {
     }
     /// The id a consumer writes into the lock word while it holds it: its process id (never 0).
     fn owner(&self) -> u32 {
-        std::process::id()
+        process_id()
     }
     /// Has the process `owner` (a lock holder's id) exited? Asked every
     /// [`CqMemory::spins_per_owner_check`] spins while it holds the lock; a true answer lets the asker take
@@ -265,6 +265,37 @@ pub trait CqMemory {
     fn spins_per_owner_check(&self) -> u32 {
         1024
     }
+}
+
+/// This process's id, as [`CqMemory::owner`] names a lock holder. Cached: `getpid` is a system call (≈ 200 ns
+/// on this project's VMs), which every take would otherwise pay. A `fork` child handler forgets the cached id,
+/// so a forked child names itself, not its parent (a child made by a raw `clone` that skips the fork handlers
+/// must not consume before it execs).
+fn process_id() -> u32 {
+    static FORGET_ON_FORK: Once = Once::new();
+    FORGET_ON_FORK.call_once(|| {
+        // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe, as a handler run
+        // in a forked child of a threaded process must be); nothing is ever unregistered.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_process_id)) };
+    });
+    // Relaxed: a cache of a value the kernel fixes for the life of the process; the fork handler resets it in
+    // the child before any code of the child reads it.
+    match CACHED_PID.load(Ordering::Relaxed) {
+        0 => {
+            let pid = std::process::id();
+            CACHED_PID.store(pid, Ordering::Relaxed);
+            pid
+        }
+        pid => pid,
+    }
+}
+
+/// [`process_id`]'s cache (0: not read yet in this process).
+static CACHED_PID: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn forget_process_id() {
+    // Relaxed: see `process_id`.
+    CACHED_PID.store(0, Ordering::Relaxed);
 }
 
 /// A completion queue's memory at a CPU address.
@@ -803,6 +834,28 @@ mod tests {
             m.word(LOCK).store(0, Ordering::SeqCst); // the holder unlocks
             assert_eq!(waiter.join().unwrap(), Some(entry(1)));
         });
+    }
+
+    /// The owner id is this process's, and a forked child's is the child's own: the cache of the id must not
+    /// let a child lock under its parent's id (a survivor could then take the lock from a live child once the
+    /// parent exits).
+    #[test]
+    fn the_owner_id_is_the_process_id_in_a_forked_child_too() {
+        assert_eq!(process_id(), std::process::id());
+        // SAFETY: the child runs only async-signal-safe code (atomic loads and stores, getpid, _exit) before it
+        // exits: `process_id`'s Once completed above, so it only reads the cache the fork handler cleared.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            // SAFETY: getpid and _exit are async-signal-safe.
+            let ok = process_id() == unsafe { libc::getpid() } as u32;
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child this test forked.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child named its parent");
+        assert_eq!(process_id(), std::process::id(), "the parent's cache is untouched");
     }
 
     /// An empty queue is answered without the lock (a held lock does not delay it, and no owner is asked
