@@ -243,6 +243,30 @@ fn quick_bench_writes_json_with_every_required_case() {
             );
         }
     }
+    // The paired comparisons behind the zero-copy goals (--quick: the 1 MiB ones), each against sync contiguous.
+    let pairs: Vec<(&str, &str)> = cases
+        .iter()
+        .filter(|c| c["name"] == "h2d_zc_pair")
+        .map(|c| {
+            assert_eq!(
+                (c["size"].as_u64(), c["versus"].as_str(), c["arch"].as_str()),
+                (Some(1 << 20), Some("sync contiguous"), Some("v3"))
+            );
+            for key in ["gbps", "gbps_median", "versus_gbps_median", "over_versus"] {
+                assert!(c[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {c}");
+            }
+            let ratio = c["gbps_median"].as_f64().unwrap() / c["versus_gbps_median"].as_f64().unwrap();
+            assert!((c["over_versus"].as_f64().unwrap() - ratio).abs() < 1e-9, "{c}");
+            (c["mode"].as_str().unwrap_or(""), c["layout"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(pairs, [("sync", "scattered"), ("prepinned", "contiguous")]);
+    let goals = v["goals"].as_array().expect("goals");
+    for (goal, pair) in [("1 MiB scattered / contiguous", 0), ("1 MiB pre-pinned / pinning", 1)] {
+        let g = goals.iter().find(|g| g["goal"].as_str().is_some_and(|s| s.contains(goal))).expect(goal);
+        let c = cases.iter().filter(|c| c["name"] == "h2d_zc_pair").nth(pair).expect("pair");
+        assert_eq!(g["value"], c["over_versus"], "the goal's value is the paired figure: {g}");
+    }
     let rings: Vec<u64> = cases.iter().filter(|c| c["name"] == "scale").filter_map(|c| c["rings"].as_u64()).collect();
     assert_eq!(rings, [1, 2], "--quick scales over 1 and 2 rings");
     let idle = cases.iter().find(|c| c["name"] == "idle_cpu").expect("idle_cpu");

@@ -269,6 +269,96 @@ impl<'t> ZcBed<'t> {
         Ok(figure)
     }
 
+    /// Two synchronous zero-copy ways of moving the same bytes (`a` and `b`: a buffer and `Sync` or
+    /// `Prepinned`), `plan.samples` samples of each taken alternately — a, b, then b, a, and so on — so that
+    /// both see the same machine: a noisy moment or a drifting clock hits the two alike, which separate blocks
+    /// of samples (the table's rows) cannot promise. A prepinned side registers its buffer before each of its
+    /// samples and unregisters it after (untimed), so the other side pins every time even over the same
+    /// buffer. One untimed warm-up transfer each; the destinations are verified afterwards.
+    ///
+    /// # Errors
+    ///
+    /// Transfer, registration and verification failures.
+    pub fn measure_pair(
+        &mut self,
+        a: (&UserBuffer, Mode),
+        b: (&UserBuffer, Mode),
+        to_device: bool,
+        plan: Plan,
+    ) -> CliResult<(Samples, Samples)> {
+        let sides = [a, b];
+        if sides.iter().any(|&(_, m)| m == Mode::Async) {
+            return Err(CliError::Verify("a paired measurement takes synchronous modes only".into()));
+        }
+        let emu = self.tb.emu.device(0);
+        let seed = |buf: &UserBuffer| buf.size ^ u64::from(to_device) ^ 0x9a1;
+        let what = |buf: &UserBuffer, m: Mode| {
+            format!(
+                "{} {} {} of {} bytes (paired)",
+                case_name(Way::ZeroCopy, to_device),
+                m.name(),
+                buf.layout.name(),
+                buf.size
+            )
+        };
+        for &(buf, m) in &sides {
+            if to_device {
+                self.write_user_pattern(buf, seed(buf))?;
+            } else {
+                write_pattern(emu, &buf.mc, 0, buf.size, seed(buf))?;
+            }
+            self.paired_sample(buf, m, to_device, 1, &format!("{} (warm-up)", what(buf, m)))?;
+        }
+        for &(buf, _) in &sides {
+            if to_device {
+                fill_chunk(emu, &buf.mc, 0, buf.size, DST_FILL)?;
+            } else {
+                self.mm.fill(buf.va, buf.size, DST_FILL).map_err(|e| mm_err("filling the user buffer", &e))?;
+            }
+        }
+        let mut times = [Samples::new(), Samples::new()];
+        for s in 0..plan.samples {
+            let order = if s % 2 == 0 { [0, 1] } else { [1, 0] };
+            for k in order {
+                let (buf, m) = sides[k];
+                let t = self.paired_sample(buf, m, to_device, plan.iters, &what(buf, m))?;
+                times[k].push(t / plan.iters as u32);
+            }
+        }
+        for &(buf, m) in &sides {
+            if to_device {
+                verify_chunk(emu, &buf.mc, 0, buf.size, Expect::Pattern(seed(buf)), &what(buf, m))?;
+            } else {
+                self.verify_user(buf, seed(buf), &what(buf, m))?;
+            }
+        }
+        let [ta, tb] = times;
+        Ok((ta, tb))
+    }
+
+    /// One timed sample of [`ZcBed::measure_pair`]: `reps` synchronous transfers of `buf`, registered around
+    /// them (untimed) when `mode` is `Prepinned`. Returns the time of the transfers.
+    fn paired_sample(
+        &mut self,
+        buf: &UserBuffer,
+        mode: Mode,
+        to_device: bool,
+        reps: u64,
+        what: &str,
+    ) -> CliResult<std::time::Duration> {
+        let prepinned = mode == Mode::Prepinned;
+        if prepinned {
+            self.tb.system.pin_host_memory(buf.va, buf.size).op_ctx(|| format!("{what}: pre-pinning"))?;
+        }
+        let t0 = Instant::now();
+        let r = self.transfer(buf, Way::ZeroCopy, mode, to_device, reps, what);
+        let t = t0.elapsed();
+        if prepinned {
+            self.tb.system.unpin_host_memory(buf.va).op_ctx(|| format!("{what}: unpinning"))?;
+        }
+        r.map(|()| t)
+    }
+
     /// The CPU copying the user buffer's pages into a contiguous buffer (the bounce chunk), run by run, `plan`
     /// samples interleaved with memcpy of the same bytes: what the CPU itself pays for the buffer's layout,
     /// the ceiling of any engine the CPU emulates. The copy is verified.
