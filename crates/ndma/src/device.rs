@@ -461,12 +461,19 @@ impl NeuronDevice {
     /// Checks that `mc` can be DMAed here: a host chunk from the pool of any device of this system (host
     /// memory is the same for all of them — but not for another system, whose platform's addresses name
     /// other memory), a device chunk only from this device's pool — another device's HBM PA names this
-    /// device's HBM, where it would land in whatever chunk holds that address.
+    /// device's HBM, where it would land in whatever chunk holds that address. Never a completion queue: its
+    /// memory is read and written only atomically, by its producer and consumers; a DMA into it would race
+    /// them and forge completions (moving the shared tail past the producer's, which then posts no more), a
+    /// DMA out of it would race them too.
     ///
     /// # Errors
     ///
-    /// [`NdmaError::ForeignChunk`] naming the chunk `what`.
+    /// [`NdmaError::CompletionQueueMemory`] for a completion queue, [`NdmaError::ForeignChunk`] naming the
+    /// chunk `what` for another's.
     pub(crate) fn check_own_chunk(&self, what: &'static str, mc: &MemChunk) -> Result<()> {
+        if mc.is_completion_queue() {
+            return Err(NdmaError::CompletionQueueMemory { what });
+        }
         let ours = if mc.is_host() { self.pool.shares_host_domain(mc) } else { self.pool.owns(mc) };
         if ours {
             Ok(())

@@ -1061,6 +1061,42 @@ fn a_completion_queue_is_accessed_only_through_a_consumer() {
     z.assert_no_leaks("consumer only");
 }
 
+/// A completion queue is no DMA window either, as source or target. A copy into it forged a completion
+/// nobody requested and moved the shared tail past the producer's own: the consumer then stood ahead of the
+/// producer, whose next completion stayed in its backlog for good (and every later one, until the ring refused
+/// async requests with -EBUSY); and the engine's plain reads and writes raced the queue's atomics.
+#[test]
+fn a_completion_queue_is_refused_as_a_dma_window() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let dev = z.dev();
+    let chunk = dev.completion_queue(0).unwrap();
+    let cq = CqConsumer::new(&chunk).unwrap();
+    // A header with one entry posted (tail 1), and that entry: a completion nobody requested.
+    let mut forged = Vec::new();
+    for w in [1024u32, 0, 1, 0] {
+        forged.extend_from_slice(&w.to_le_bytes());
+    }
+    for w in [99u64, 0, 0xdead] {
+        forged.extend_from_slice(&w.to_le_bytes());
+    }
+    let src = dev.alloc_host(forged.len() as u64, 0).unwrap();
+    src.write(0, &forged).unwrap();
+    let refused = |what| Err(NdmaError::CompletionQueueMemory { what });
+    assert_eq!(dev.memcpy_mc(&src, &chunk, 0, 0, 40), refused("destination chunk"));
+    let back = dev.alloc_host(40, 0).unwrap();
+    assert_eq!(dev.memcpy_mc(&chunk, &back, 0, 0, 40), refused("source chunk"));
+    assert_eq!(dev.memset(&chunk, 0, 0xff, 16), refused("memset window"));
+    let va = z.map(1, Placement::Contiguous);
+    z.mm.write(va, &forged).unwrap();
+    let op = BatchOp { offset: 0, size: 40, buffer: va };
+    assert_eq!(dev.zerocopy_submit(0, &[op], &chunk, 0, -1, true, 0, 0), refused("zero-copy device chunk"));
+    assert_eq!(cq.header(), ndma::zerocopy::CqHeader { capacity: 1024, head: 0, tail: 0, consumer_lock: 0 });
+    assert_eq!(cq.pop(), None, "no forged completion");
+    dev.zerocopy_submit_completed(0, -1, 3, 0, 30).unwrap();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 3, compl_ret: 0, context: 30 }]);
+    z.assert_no_leaks("completion queue as a DMA window");
+}
+
 #[test]
 fn a_pre_pinned_buffer_is_transferred_again_and_again_without_pinning() {
     let z = Zc::new(Arch::V3, ExecPolicy::Inline);
