@@ -1511,3 +1511,15 @@ fn a_hang_in_a_multi_piece_async_request_completes_it_once() {
     z.assert_no_leaks("multi-piece hang");
     assert_eq!(cq.pop(), None, "one completion per request");
 }
+
+/// FACTS §6 `ndma_pin_host_memory`: a pin that gets only part of the range is `-EFAULT` (unpinned first);
+/// `-ENOMEM` is the page array that cannot be allocated.
+#[test]
+fn a_pre_pin_that_gets_only_part_of_its_range_is_efault() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let va = z.mm.map(&MapSpec::new(8, Placement::Contiguous).holes([5])).unwrap();
+    assert_eq!(z.tb.system.pin_host_memory(va, 8 * PAGE), Err(NdmaError::Pin { va: va + 5 * PAGE, errno: -14 }));
+    assert_eq!(z.tb.system.pinned_ranges(), 0);
+    z.assert_no_leaks("partial pre-pin");
+}
+

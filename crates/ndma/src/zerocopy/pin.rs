@@ -29,6 +29,8 @@ use crate::{NdmaError, Result, UserMm};
 
 /// `-ENOMEM`: a pin that got some pages but not all, or a page array that could not be allocated.
 const ENOMEM: i32 = -udma::errno::ENOMEM;
+/// `-EFAULT`: a long-term pin (`ndma_pin_host_memory`) that got some pages but not all (FACTS §6).
+const EFAULT: i32 = -udma::errno::EFAULT;
 
 /// The pinned pages of one piece: frame physical addresses, one per page.
 pub(crate) struct Pinned {
@@ -80,6 +82,20 @@ impl Drop for Pinned {
 /// [`NdmaError::Pin`] with the errno of the first page that could not be pinned, or `-ENOMEM` when the slow
 /// path pinned only part (which it unpins first) or when the page array cannot be allocated.
 pub(crate) fn pin_local(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool) -> Result<Pinned> {
+    pin_local_or(mm, va, n, device_writes, ENOMEM)
+}
+
+/// [`pin_local`] for a long-term pin of a pre-pinned range (`ndma_pin_host_memory`), whose partial pin is
+/// `-EFAULT` rather than `-ENOMEM` (FACTS §6).
+///
+/// # Errors
+///
+/// As [`pin_local`], with `-EFAULT` for a partial pin.
+pub(crate) fn pin_longterm(mm: &Arc<dyn UserMm>, va: u64, n: usize) -> Result<Pinned> {
+    pin_local_or(mm, va, n, true, EFAULT)
+}
+
+fn pin_local_or(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool, partial: i32) -> Result<Pinned> {
     let mut pages = page_array(va, n)?;
     match mm.pin_pages_fast(va, n, device_writes, &mut pages) {
         Ok(got) if got == n && pages.len() == n => return Ok(owned(mm, pages, device_writes)),
@@ -89,7 +105,7 @@ pub(crate) fn pin_local(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: 
             pages.clear();
         }
     }
-    pin_slow(mm, va, n, device_writes, pages)
+    pin_slow(mm, va, n, device_writes, pages, partial)
 }
 
 /// Pins through a captured address space (`pin_user_pages_remote`), as the completion thread does for a
@@ -99,7 +115,7 @@ pub(crate) fn pin_local(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: 
 ///
 /// As [`pin_local`].
 pub(crate) fn pin_remote(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool) -> Result<Pinned> {
-    pin_slow(mm, va, n, device_writes, page_array(va, n)?)
+    pin_slow(mm, va, n, device_writes, page_array(va, n)?, ENOMEM)
 }
 
 /// The array the pinned pages' addresses go to, as the driver allocates it before pinning: an allocation
@@ -110,13 +126,21 @@ fn page_array(va: u64, n: usize) -> Result<Vec<u64>> {
     Ok(pages)
 }
 
-fn pin_slow(mm: &Arc<dyn UserMm>, va: u64, n: usize, device_writes: bool, mut pages: Vec<u64>) -> Result<Pinned> {
+/// The slow pin; a pin of only part of the pages is `partial` (an errno), after they are unpinned.
+fn pin_slow(
+    mm: &Arc<dyn UserMm>,
+    va: u64,
+    n: usize,
+    device_writes: bool,
+    mut pages: Vec<u64>,
+    partial: i32,
+) -> Result<Pinned> {
     match mm.pin_pages(va, n, device_writes, &mut pages) {
         Ok(got) if got == n && pages.len() == n => Ok(owned(mm, pages, device_writes)),
         Ok(_) => {
             mm.unpin_pages(&pages, false);
             let missing = va + pages.len() as u64 * crate::PAGE_SIZE;
-            Err(NdmaError::Pin { va: missing, errno: ENOMEM })
+            Err(NdmaError::Pin { va: missing, errno: partial })
         }
         Err(e) => {
             mm.unpin_pages(&pages, false);

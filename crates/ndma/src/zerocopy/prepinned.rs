@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::pin::{pin_local, Pinned};
+use super::pin::{pin_longterm, Pinned};
 use crate::{NdmaError, Result, UserMm, PAGE_SIZE};
 
 /// A user range pinned once for its process. The pages stay pinned until the range is unregistered **and**
@@ -152,8 +152,9 @@ impl PinnedStore {
         }
         let first = va & !(PAGE_SIZE - 1);
         let n = (end - first).div_ceil(PAGE_SIZE) as usize;
-        // Long-term pin, for writing: the device may write the range in either direction later.
-        let pin = pin_local(mm, first, n, true)?;
+        // Long-term pin, for writing: the device may write the range in either direction later. A partial pin
+        // is -EFAULT here (FACTS §6), not the zero-copy path's -ENOMEM.
+        let pin = pin_longterm(mm, first, n)?;
         let range = Arc::new(PinnedRange { pid, va, size, pin });
         let (_stale, mut all) = self.lock_for(mm);
         let map = all.entry(pid).or_default();
@@ -232,7 +233,9 @@ impl crate::System {
     /// # Errors
     ///
     /// [`NdmaError::InvalidPinRange`] (`-EINVAL`) for an address or size of 0, [`NdmaError::NoAddressSpace`],
-    /// [`NdmaError::PinnedRangeExists`] (`-EEXIST`) for an overlap with a range of the same process, pin errors.
+    /// [`NdmaError::PinnedRangeExists`] (`-EEXIST`) for an overlap with a range of the same process, pin errors
+    /// ([`NdmaError::Pin`]: `-EFAULT` when only part of the range could be pinned, `-ENOMEM` when its page
+    /// array cannot be allocated).
     pub fn pin_host_memory(&self, va: u64, size: u64) -> Result<Option<u64>> {
         let mm = self.platform().current_mm().ok_or(NdmaError::NoAddressSpace)?;
         let range = self.registry().pinned.pin(&mm, va, size)?;
