@@ -1522,4 +1522,3 @@ fn a_pre_pin_that_gets_only_part_of_its_range_is_efault() {
     assert_eq!(z.tb.system.pinned_ranges(), 0);
     z.assert_no_leaks("partial pre-pin");
 }
-
