@@ -1332,6 +1332,59 @@ fn a_device_kept_past_its_system_refuses_async_requests_and_serves_sync_ones() {
     drop((mm, _enter));
 }
 
+/// Completions held in the backlog behind a full queue when the System drops are not waited for (nobody
+/// might ever consume them) and not lost either: they stay with the ring of the device kept past it, counted,
+/// and a later sync submit posts them, in order, into the room consumers made.
+#[test]
+fn a_backlog_left_when_the_system_drops_is_posted_by_a_later_sync_submit() {
+    let z = Zc::new(Arch::V3, ExecPolicy::Inline);
+    let Zc { tb, mm, _enter } = z;
+    let ndma_emu::Testbed { system, platform, emu } = tb;
+    let dev = Arc::clone(&system.devices()[0]);
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    let va = mm.map(&MapSpec::new(1, Placement::Contiguous)).unwrap();
+    mm.fill(va, PAGE, 0x5d).unwrap();
+    let mc = alloc(&dev, false, PAGE, 0).unwrap();
+    let op = [BatchOp { offset: 0, size: 64, buffer: va }];
+    let n = NDMA_H2D_COMPL_QUEUE_CAPACITY as u64 + 5;
+    for seq in 1..=n {
+        loop {
+            match dev.zerocopy_submit(0, &op, &mc, 0, -1, true, seq, !seq) {
+                // The context queue is full: the completion thread makes room.
+                Err(NdmaError::QueueFull { .. }) => std::thread::yield_now(),
+                r => break r.unwrap_or_else(|e| panic!("request {seq}: {e}")),
+            }
+        }
+    }
+    let mut spins = 0u64;
+    while dev.zerocopy_status(0).unwrap().contexts > 0 {
+        spins += 1;
+        assert!(spins < 50_000_000, "the completion thread did not retire every request");
+        std::thread::yield_now();
+    }
+    drop(system);
+    let s = dev.zerocopy_status(0).unwrap();
+    assert_eq!((cq.len(), s.backlog, s.thread_running), (1024, 5, false), "the stop left the backlog as it was");
+    // Three consumed: nothing posts into the room until a submit on the ring.
+    let first = take(&cq, 3);
+    assert!(first == (1..=3).map(|s| CqEntry { sequence_num: s, compl_ret: 0, context: !s }).collect::<Vec<_>>());
+    assert_eq!((cq.len(), dev.zerocopy_status(0).unwrap().backlog), (1021, 5));
+    dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).unwrap();
+    assert_eq!((cq.len(), dev.zerocopy_status(0).unwrap().backlog), (1024, 2), "three posted, in the room made");
+    let got = take(&cq, 1024);
+    assert!(got.iter().zip(4u64..).all(|(e, s)| *e == CqEntry { sequence_num: s, compl_ret: 0, context: !s }));
+    assert_eq!(got.last().map(|e| e.sequence_num), Some(n - 2));
+    dev.zerocopy_submit(0, &op, &mc, 0, -1, true, 0, 0).unwrap();
+    let rest = take(&cq, 2);
+    assert!(rest == [n - 1, n].map(|s| CqEntry { sequence_num: s, compl_ret: 0, context: !s }));
+    assert_eq!((cq.pop(), dev.zerocopy_status(0).unwrap().backlog), (None, 0), "each completion exactly once");
+    assert!(read_vec(emu.device(0), &mc, 0, 64).unwrap() == vec![0x5d; 64]);
+    drop((mc, cq, dev, platform));
+    let leak = emu.host().frames().leak_check();
+    assert!(leak.is_clean(), "{leak:?}");
+    drop((mm, _enter));
+}
+
 /// A System dropped while async pieces cannot move (a pin budget of 0) ends each of their requests with one
 /// `-ENODEV` completion, in order, and releases them: nothing stays queued or pinned on the device kept past
 /// it, and raising the budget afterwards brings nothing back to life.

@@ -46,6 +46,9 @@ pub(crate) struct ZcRing {
     unfenced: u64,
     /// The newest request (ids grow) that had a piece issued.
     newest_issued: u64,
+    /// The newest request (ids grow) one of whose pieces was failed in place: it has its completion, so the
+    /// submit that may still be queueing its later pieces stops there.
+    newest_failed: u64,
 }
 
 impl ZcRing {
@@ -54,6 +57,12 @@ impl ZcRing {
     /// only a newer request's were, never no when one of its own was.
     pub(crate) fn issued_request(&self, request: u64) -> bool {
         self.newest_issued >= request
+    }
+
+    /// Was a piece of `request` failed in place? Exact for the newest request, the one being submitted under
+    /// the ring lock (an older failure never names a newer request).
+    pub(crate) fn failed_request(&self, request: u64) -> bool {
+        self.newest_failed == request
     }
 }
 
@@ -74,6 +83,7 @@ impl ZcRing {
             cq: CompletionQueue::new(cq_chunk)?,
             unfenced: 0,
             newest_issued: 0,
+            newest_failed: 0,
         })
     }
 }
@@ -356,6 +366,9 @@ impl RingGuard<'_> {
         // fence them — unless none was issued (conservative for an older request: a newer one's issue counts).
         let issued = self.inner.zc.as_ref().is_some_and(|zc| zc.issued_request(request));
         self.zc_drain_request(request, Some(i), to_device && issued);
+        if let Some(zc) = self.inner.zc.as_mut() {
+            zc.newest_failed = zc.newest_failed.max(request);
+        }
         let q = self.zq();
         q.unpin_in_place(i);
         let c = q.entry_mut(i);

@@ -283,6 +283,13 @@ impl RingGuard<'_> {
             let mut pin_size = calc_pin_size(remaining + offset);
             while remaining > 0 {
                 self.zc_issue_pinned();
+                if self.zc()?.failed_request(req.id) {
+                    // A piece of this request already failed in place and is its completion: queueing the rest
+                    // would move bytes after the failure and post a second completion. (Staging cannot fail
+                    // today — the ring room is checked first and doorbells are plain writes — so this guards
+                    // the rule, not a path a test can reach.)
+                    return Ok(());
+                }
                 let nr_pages = pin_size.div_ceil(PAGE_SIZE);
                 let q = &self.zc()?.queue;
                 // Pins are taken in queue order: behind a deferred piece, this one waits for it. Pinned now, it
