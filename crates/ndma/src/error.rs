@@ -238,6 +238,16 @@ pub enum NdmaError {
         /// The device.
         device: u32,
     },
+    /// An async zero-copy request on a device whose completion thread panicked (`-EIO`; the driver's kernel
+    /// thread cannot die this way, ours can when a [`Platform`](crate::Platform) call panics on it). Nothing
+    /// completes async requests any more, so new ones are refused rather than queued unanswered; the
+    /// synchronous paths keep working, and the next synchronous zero-copy submit on a ring completes (and
+    /// posts) what that ring had queued when the thread died.
+    #[error("device {device}: its zero-copy completion thread panicked; async requests are refused")]
+    CompletionThreadPanicked {
+        /// The device.
+        device: u32,
+    },
     /// The V2 reset-window retry gave up after the bounded number of replays (`-ETIMEDOUT`).
     #[error("DMA still hung after {replays} reset-window replays")]
     RetryExhausted {
@@ -318,7 +328,7 @@ impl NdmaError {
             NdmaError::Timeout { .. } | NdmaError::RetryExhausted { .. } => -errno::ETIMEDOUT,
             NdmaError::NoMemory { .. } | NdmaError::Thread(_) => -errno::ENOMEM,
             NdmaError::ContextInUse(_) => -errno::EBUSY,
-            NdmaError::Aborted(_) => -errno::EIO,
+            NdmaError::Aborted(_) | NdmaError::CompletionThreadPanicked { .. } => -errno::EIO,
             NdmaError::MarkerStaging(_) | NdmaError::CompletionQueueMemory { .. } => -errno::EPERM,
             NdmaError::ArchMismatch { .. } | NdmaError::CompletionThreadStopped { .. } => -ENODEV,
             NdmaError::InvalidQueueType(_) => -errno::EPERM,

@@ -1575,3 +1575,87 @@ fn a_pre_pin_that_gets_only_part_of_its_range_is_efault() {
     assert_eq!(z.tb.system.pinned_ranges(), 0);
     z.assert_no_leaks("partial pre-pin");
 }
+
+/// The model's platform, except that once armed its delays panic on the completion thread of device 0: a
+/// platform bug (the op layer calls into a safe trait a user may implement) killing that thread.
+struct PanickingDelays {
+    inner: Arc<ndma_emu::EmuPlatform>,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl PanickingDelays {
+    fn check(&self) {
+        let on_thread = std::thread::current().name().is_some_and(|n| n.starts_with("ndma cmpltn d0"));
+        if on_thread && self.armed.load(std::sync::atomic::Ordering::Relaxed) {
+            panic!("injected: a platform delay panicked on the completion thread");
+        }
+    }
+}
+
+impl ndma::Platform for PanickingDelays {
+    fn jiffies(&self) -> u64 {
+        self.inner.jiffies()
+    }
+    fn now_us(&self) -> u64 {
+        self.inner.now_us()
+    }
+    fn udelay(&self, us: u64) {
+        self.check();
+        self.inner.udelay(us);
+    }
+    fn delay_until(&self, word: &std::sync::atomic::AtomicU32, value: u32, us: u64) -> bool {
+        self.check();
+        self.inner.delay_until(word, value, us)
+    }
+    fn is_emulation(&self) -> bool {
+        self.inner.is_emulation()
+    }
+    fn alloc_coherent(&self, len: usize) -> ndma::Result<ndma::HostBuf> {
+        self.inner.alloc_coherent(len)
+    }
+    fn virt_to_phys(&self, cpu: *const u8, len: usize) -> Option<u64> {
+        self.inner.virt_to_phys(cpu, len)
+    }
+    fn current_mm(&self) -> Option<Arc<dyn ndma::UserMm>> {
+        self.inner.current_mm()
+    }
+}
+
+/// A completion thread that dies (here: a platform delay panics on it) leaves no async request queued where
+/// nothing would complete it: later async submits are refused with `-EIO`, the status stops showing the
+/// thread running, and the request it had accepted is retired — its completion posted, its pins released — by
+/// the next synchronous submit on its ring. The thread used to count as running for as long as its join
+/// handle existed, so async requests kept being accepted and never completed.
+#[test]
+fn a_completion_thread_that_died_refuses_async_requests_and_a_sync_submit_completes_what_it_left() {
+    let cfg = testbed_config(Arch::V3, ExecPolicy::Inline, OrderingMode::Adversarial, ClockKind::Real);
+    let emu = cfg.model().unwrap();
+    let inner = Arc::clone(emu.platform());
+    let platform = Arc::new(PanickingDelays { inner: Arc::clone(&inner), armed: false.into() });
+    let hw = emu.devices().iter().map(ndma_emu::device_hw).collect::<Result<Vec<_>, _>>().unwrap();
+    let system = ndma::System::new(Arch::V3, platform.clone(), hw).unwrap();
+    let mm = AddressSpace::new(emu.host(), 4242);
+    let z = Zc { tb: Testbed { system, platform: inner, emu }, _enter: mm.enter(), mm };
+    let (dev, cq) = (z.dev(), z.cq());
+    let (va, data, mc) = z.source_and_target(2, 31);
+    let op = |page: u64| [BatchOp { offset: page * PAGE, size: PAGE, buffer: va + page * PAGE }];
+    platform.armed.store(true, std::sync::atomic::Ordering::Relaxed);
+    dev.zerocopy_submit(0, &op(0), &mc, 0, -1, true, 7, 70).unwrap();
+    let mut spins = 0u64;
+    while dev.zerocopy_status(0).unwrap().thread_running {
+        spins += 1;
+        assert!(spins < 50_000_000, "the completion thread never ran into the injected panic");
+        std::thread::yield_now();
+    }
+    let died = NdmaError::CompletionThreadPanicked { device: 0 };
+    assert_eq!(dev.zerocopy_submit(0, &op(1), &mc, 0, -1, true, 8, 80), Err(died.clone()));
+    assert_eq!(died.errno(), -5, "-EIO");
+    assert_eq!(dev.zerocopy_submit_completed(0, -1, 9, 0, 90), Err(died));
+    assert_eq!((cq.len(), dev.zerocopy_status(0).unwrap().contexts), (0, 1), "request 7 is left queued");
+    // The synchronous path does not need the thread, and retires what was queued ahead of it first.
+    dev.zerocopy_submit(0, &op(1), &mc, 0, -1, true, 0, 0).unwrap();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 7, compl_ret: 0, context: 70 }]);
+    assert_eq!(cq.pop(), None, "nothing for the refused requests");
+    assert!(read_vec(z.emu(), &mc, 0, 2 * PAGE).unwrap() == data);
+    z.assert_no_leaks("after the completion thread died");
+}

@@ -80,7 +80,8 @@ impl NeuronDevice {
     /// or an op) outside `mc` or overflowing, [`NdmaError::NoAddressSpace`] (`-EFAULT`),
     /// [`NdmaError::Thread`] (`-ENOMEM`, async) when the completion thread cannot be started,
     /// [`NdmaError::CompletionBacklogFull`] (`-EBUSY`, async, when nobody consumes the completions),
-    /// [`NdmaError::CompletionThreadStopped`] (`-ENODEV`, async on a device kept past its system). Then:
+    /// [`NdmaError::CompletionThreadStopped`] (`-ENODEV`, async on a device kept past its system),
+    /// [`NdmaError::CompletionThreadPanicked`] (`-EIO`, async once the completion thread died). Then:
     /// [`NdmaError::QueueFull`] (`-EBUSY`: async, when the context queue is full; sync, when a piece cannot be
     /// pinned with nothing left to retire — a pin budget below the piece's pages,
     /// [`NeuronDevice::set_zerocopy_pin_budget`]), pin errors ([`NdmaError::Pin`]), and for a sync request the
@@ -200,7 +201,8 @@ impl NeuronDevice {
     /// [`NdmaError::NotOwner`], [`NdmaError::AsyncZeroCopyUnsupported`], [`NdmaError::ZeroSequence`] for
     /// sequence number 0 (the driver posts a completion no consumer can tell from an empty slot),
     /// [`NdmaError::QueueFull`], [`NdmaError::CompletionBacklogFull`], and failures to start the completion
-    /// thread ([`NdmaError::CompletionThreadStopped`] once its system was dropped).
+    /// thread ([`NdmaError::CompletionThreadStopped`] once its system was dropped,
+    /// [`NdmaError::CompletionThreadPanicked`] once the thread died).
     pub fn zerocopy_submit_completed(
         &self,
         nc: u32,
@@ -224,14 +226,11 @@ impl NeuronDevice {
         Ok(())
     }
 
-    /// Refuses an async request once the completion thread was stopped: called with the ring lock held, so
-    /// either the stopping thread's last look at the ring sees what this request queues, or this sees the
-    /// stop.
+    /// Refuses an async request once the completion thread was stopped or died: called with the ring lock
+    /// held, so either the stopping thread's last look at the ring sees what this request queues, or this
+    /// sees the stop.
     fn zc_check_thread(&self) -> Result<()> {
-        match self.completion_thread.is_stopped() {
-            true => Err(NdmaError::CompletionThreadStopped { device: self.index() }),
-            false => Ok(()),
-        }
+        self.completion_thread.check(self.index())
     }
 
     /// The ring of NC `nc` if it owns queue `qid` (`ndmar_h2t_ring_is_owner`).

@@ -30,6 +30,9 @@ struct Shared {
     bitmap: AtomicU64,
     /// Set once to stop the thread (it drains first).
     stop: AtomicBool,
+    /// Set by the thread as it unwinds from a panic ([`DeathWatch`]): nothing completes async requests any
+    /// more.
+    died: AtomicBool,
     /// Kicked: a new submit or a stop since the thread last looked.
     kicked: Mutex<bool>,
     wake: Condvar,
@@ -71,11 +74,9 @@ impl CompletionThread {
     /// rather than queued where nothing completes it.
     pub(crate) fn ensure(&self, dev: &NeuronDevice, _bit: u32) -> Result<()> {
         let mut h = self.handle.lock().unwrap_or_else(|p| p.into_inner());
+        self.check(dev.index())?;
         if h.is_some() {
             return Ok(());
-        }
-        if self.is_stopped() {
-            return Err(NdmaError::CompletionThreadStopped { device: dev.index() });
         }
         let weak = dev.self_ref();
         let shared = Arc::clone(&self.shared);
@@ -95,17 +96,29 @@ impl CompletionThread {
         self.shared.kick();
     }
 
-    /// Was the thread stopped ([`CompletionThread::stop`])? An async request must then be refused: checked
-    /// under the ring lock, so a request queued before the stop is seen by the stopping thread's last look
-    /// at every ring (`run`).
-    pub(crate) fn is_stopped(&self) -> bool {
-        // Acquire: pairs with `stop`'s Release.
-        self.shared.stop.load(Ordering::Acquire)
+    /// Refuses an async request once the thread was stopped ([`CompletionThread::stop`]) or died: checked
+    /// under the ring lock too, so a request queued before a stop is seen by the stopping thread's last look
+    /// at every ring (`run`). A request that passed this check just before the thread died stays queued
+    /// until a synchronous submit on its ring retires it (FACTS has no such case: the driver's kernel thread
+    /// does not panic).
+    ///
+    /// # Errors
+    ///
+    /// [`NdmaError::CompletionThreadPanicked`], [`NdmaError::CompletionThreadStopped`].
+    pub(crate) fn check(&self, device: u32) -> Result<()> {
+        // Acquire (both): pairs with the Release stores in `DeathWatch::drop` and `stop`.
+        if self.shared.died.load(Ordering::Acquire) {
+            Err(NdmaError::CompletionThreadPanicked { device })
+        } else if self.shared.stop.load(Ordering::Acquire) {
+            Err(NdmaError::CompletionThreadStopped { device })
+        } else {
+            Ok(())
+        }
     }
 
-    /// Is the thread running?
+    /// Is the thread running (started, and neither stopped nor exited)?
     pub(crate) fn is_running(&self) -> bool {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.handle.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// `ndma_h2d_stop_cmpltn_thread`: stops the thread after it has drained what is queued, and joins it —
@@ -122,7 +135,22 @@ impl CompletionThread {
     }
 }
 
+/// Marks the thread dead if it unwinds from a panic, so that async requests are refused from then on
+/// ([`CompletionThread::check`]) instead of queued where nothing completes them.
+struct DeathWatch<'a>(&'a Shared);
+
+impl Drop for DeathWatch<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("the zero-copy completion thread panicked; async requests are refused from now on");
+            // Release: pairs with the Acquire load in `CompletionThread::check`.
+            self.0.died.store(true, Ordering::Release);
+        }
+    }
+}
+
 fn run(shared: &Shared, weak: &Weak<NeuronDevice>) {
+    let _watch = DeathWatch(shared);
     loop {
         // Acquire: pairs with the kickers' Release.
         let bits = shared.bitmap.swap(0, Ordering::Acquire);
