@@ -69,9 +69,9 @@ pub(crate) struct CompletionThread {
 }
 
 impl CompletionThread {
-    /// `ndma_h2d_create_cmpltn_thread`: starts the thread if it is not running — unless it was stopped
-    /// ([`CompletionThread::stop`]): a stopped thread stays stopped, and a request that would need it is refused
-    /// rather than queued where nothing completes it.
+    /// `ndma_h2d_create_cmpltn_thread`: starts the thread if it was never started — unless it was stopped
+    /// ([`CompletionThread::stop`]) or died: a stopped or dead thread is not started again, and a request that
+    /// would need it is refused ([`CompletionThread::check`]) rather than queued where nothing completes it.
     pub(crate) fn ensure(&self, dev: &NeuronDevice, _bit: u32) -> Result<()> {
         let mut h = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         self.check(dev.index())?;
