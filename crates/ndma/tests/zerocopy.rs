@@ -29,7 +29,11 @@ impl Zc {
     }
 
     fn with(arch: Arch, exec: ExecPolicy, clock: ClockKind) -> Zc {
-        let tb = testbed(arch, exec, OrderingMode::Adversarial, clock);
+        Zc::on(testbed(arch, exec, OrderingMode::Adversarial, clock))
+    }
+
+    /// Zero-copy on for `tb`'s first device, and a user process entered on this thread.
+    fn on(tb: Testbed) -> Zc {
         tb.system.devices()[0].set_zerocopy_trn1_override(true);
         let mm = AddressSpace::new(tb.emu.host(), 4242);
         let enter = mm.enter();
@@ -1634,8 +1638,8 @@ fn a_completion_thread_that_died_refuses_async_requests_and_a_sync_submit_comple
     let platform = Arc::new(PanickingDelays { inner: Arc::clone(&inner), armed: false.into() });
     let hw = emu.devices().iter().map(ndma_emu::device_hw).collect::<Result<Vec<_>, _>>().unwrap();
     let system = ndma::System::new(Arch::V3, platform.clone(), hw).unwrap();
-    let mm = AddressSpace::new(emu.host(), 4242);
-    let z = Zc { tb: Testbed { system, platform: inner, emu }, _enter: mm.enter(), mm };
+    // The op layer runs on the wrapper; the testbed's `platform` is the model's, which the wrapper forwards to.
+    let z = Zc::on(Testbed { system, platform: inner, emu });
     let (dev, cq) = (z.dev(), z.cq());
     let (va, data, mc) = z.source_and_target(2, 31);
     let op = |page: u64| [BatchOp { offset: page * PAGE, size: PAGE, buffer: va + page * PAGE }];
