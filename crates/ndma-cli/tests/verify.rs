@@ -427,7 +427,7 @@ fn a_reset_window_outlasts_an_operation_by_its_return_not_by_when_it_is_observed
         let (start, end) = emu.reset_times(0);
         assert!(end > start && tb.platform.jiffies() > end + RESET_SLACK_JIFFIES, "the window is long over");
         // …but returned `after_end` jiffies after its end.
-        assert_eq!(armed.observe(bed, 0, 0, end + after_end).reset_outlasted_op, outlasted, "{after_end} after");
+        assert_eq!(armed.observe(bed, 0, 0, start, end + after_end).reset_outlasted_op, outlasted, "{after_end} after");
     }
 }
 
@@ -451,6 +451,7 @@ fn a_retry_exhausted_inside_the_window_is_expected_however_late_the_operation_re
     let (eng, _) = dev.h2t_queue(0).unwrap();
     let hangs_before = emu.engine_stats(eng).unwrap().reset_hangs;
     let armed = fault::arm(bed, spec, 1, 0).unwrap();
+    let started = tb.platform.jiffies();
     let err = w.copy_all().unwrap_err();
     assert!(matches!(err, ndma::NdmaError::RetryExhausted { replays: 8, .. }), "{err}");
     let after = dev.ring_stats(0).unwrap();
@@ -462,15 +463,16 @@ fn a_retry_exhausted_inside_the_window_is_expected_however_late_the_operation_re
     let (_, end) = emu.reset_times(0);
     let returned = tb.platform.jiffies();
     assert!(returned > end + RESET_SLACK_JIFFIES);
-    let o = armed.observe(bed, retries, timeouts, returned);
+    let o = armed.observe(bed, retries, timeouts, started, returned);
     assert!(o.reset_outlasted_op, "every timeout is the window's");
     // The same operation again (nine hangs again), reported with one timed-out wait more than the window
     // hung: that timeout is nobody's, and the window no longer explains the outcome.
     let armed = fault::arm(bed, spec, 2, 0).unwrap();
+    let started = tb.platform.jiffies();
     assert!(matches!(w.copy_all(), Err(ndma::NdmaError::RetryExhausted { replays: 8, .. })));
     assert_eq!(emu.engine_stats(eng).unwrap().reset_hangs - hangs_before, 18);
     tb.platform.advance_us((RESET_SLACK_JIFFIES + 20) * 1000);
-    let o = armed.observe(bed, retries, timeouts + 1, tb.platform.jiffies());
+    let o = armed.observe(bed, retries, timeouts + 1, started, tb.platform.jiffies());
     assert!(!o.reset_outlasted_op, "ten timeouts, nine hangs");
 }
 
@@ -492,30 +494,33 @@ fn a_v2_reset_window_is_judged_by_whether_its_queue_hung() {
     // The window is over (the fake clock moved 6 ms) before the copy rings: nothing hangs, nothing to replay.
     let armed = fault::arm(bed, spec, 1, 0).unwrap();
     tb.platform.advance_us(6_000);
+    let started = tb.platform.jiffies();
     w.copy_all().unwrap();
     w.verify("after the window", true).unwrap();
     assert_eq!(retries(), 0);
-    let o = armed.observe(bed, 0, 1, tb.platform.jiffies());
+    let o = armed.observe(bed, 0, 1, started, tb.platform.jiffies());
     assert!(!o.hit);
     assert_eq!(o.missed, None, "a window the work never met is no miss");
 
     // Inside the window the queue hangs and the op layer replays it once the wait times out: met.
     let armed = fault::arm(bed, spec, 2, 0).unwrap();
+    let started = tb.platform.jiffies();
     w.copy_all().unwrap();
     w.verify("replayed", true).unwrap();
     let replayed = retries();
     assert!(replayed > 0);
     tb.platform.advance_us(1_000);
-    let o = armed.observe(bed, replayed, 1, tb.platform.jiffies());
+    let o = armed.observe(bed, replayed, 1, started, tb.platform.jiffies());
     assert!(o.hit, "{:?}", o.missed);
     assert_eq!(o.missed, None);
 
     // The same hang reported with no replay (an op layer that skipped its retry) is a miss.
     let armed = fault::arm(bed, spec, 3, 0).unwrap();
+    let started = tb.platform.jiffies();
     w.copy_all().unwrap();
     assert!(retries() > replayed);
     tb.platform.advance_us(1_000);
-    let o = armed.observe(bed, 0, 1, tb.platform.jiffies());
+    let o = armed.observe(bed, 0, 1, started, tb.platform.jiffies());
     assert!(!o.hit);
     assert_eq!(
         o.missed.as_deref(),
@@ -744,4 +749,51 @@ fn an_operation_meeting_a_fault_nobody_planned_is_reported() {
         }
     }
     assert!(faulted > 0, "no corruption was caught by the engine");
+}
+
+/// Work staged ahead of the operation (a bystander) hung in the V2 reset window, and the operation itself
+/// started after the window was over: the op layer's retry looks at the waited operation's own start, so the
+/// operation times out without a retry and the recovery replays the work ahead once. That timeout is the
+/// injected hang's. CI (`the_bystanders_json_is_documented_and_the_flag_needs_faults`, seed 0xb157, a loaded
+/// machine) called it "a timeout nobody injected": the thread was descheduled past a 10-jiffy window between
+/// resuming the bystander's queue and calling the operation.
+#[test]
+fn an_operation_behind_work_the_window_hung_that_started_after_the_window_times_out_by_the_fault() {
+    use ndma::{NdmaError, Transfer};
+    use ndma_cli::verify::fault;
+
+    let (tb, spec) = v2_reset_window_bed();
+    let (dev, emu) = tb.device(0);
+    let bed = Bed { dev, emu };
+    let (src, ahead, dst) =
+        (dev.alloc_host(8192, 0).unwrap(), dev.alloc_device(8192, 0).unwrap(), dev.alloc_device(8192, 0).unwrap());
+    let before = dev.ring_stats(0).unwrap();
+    let armed = fault::arm(bed, spec, 1, 0).unwrap();
+    // The work ahead rings inside the window (inline engines: it hangs at its doorbell).
+    let by = dev.start(&Transfer::new(&src, &ahead, 8192)).unwrap();
+    // The operation's thread comes back 6 ms (jiffies) later, past the 5-jiffy window.
+    tb.platform.advance_us(6_000);
+    let (start, end) = emu.reset_times(0);
+    let started = tb.platform.jiffies();
+    assert!(start < end && started > end, "the window is over when the operation starts");
+    let err = dev.memcpy_mc(&src, &dst, 0, 0, 8192).unwrap_err();
+    assert!(matches!(err, NdmaError::Timeout { .. }), "{err}");
+    // Recovered: the work ahead was replayed by the re-initialisation and completes.
+    by.wait().unwrap();
+    let after = dev.ring_stats(0).unwrap();
+    let (retries, timeouts) = (after.retries - before.retries, after.timeouts - before.timeouts);
+    assert_eq!(retries, 0, "the operation started outside the window: no retry");
+    let o = armed.observe(bed, retries, timeouts, started, tb.platform.jiffies());
+    assert!(o.hung_ahead && o.hit, "{:?}", o.missed);
+    assert_eq!(o.missed, None);
+    // The same hang with the operation started inside the window is not this case: there the retry is due.
+    let armed = fault::arm(bed, spec, 2, 0).unwrap();
+    let started = tb.platform.jiffies();
+    let by = dev.start(&Transfer::new(&src, &ahead, 8192)).unwrap();
+    dev.memcpy_mc(&src, &dst, 0, 0, 8192).unwrap();
+    by.wait().unwrap();
+    let retried = dev.ring_stats(0).unwrap().retries - after.retries;
+    assert!(retried > 0);
+    let o = armed.observe(bed, 0, 1, started, tb.platform.jiffies());
+    assert!(!o.hung_ahead && !o.hit, "a retry the op layer skipped inside the window stays a miss");
 }

@@ -21,7 +21,7 @@
 //! | fault | the bystander |
 //! |---|---|
 //! | `hang` | hung with the queue (the hang takes the first work claimed: the bystander's): re-staged exactly once by the recovery after the faulted operation's timeout, then `Ok` byte-exact — or, reading what it writes, aborted (`Aborted` from its wait, no replay), its chunk holding for each byte the original or what one run leaves |
-//! | `reset_window` (V2, met) | hung in the window with the queue: replayed with each retry (at least once), `Ok` — or aborted as above |
+//! | `reset_window` (V2, met) | hung in the window with the queue: replayed with each retry (at least once), `Ok` — or aborted as above; when the faulted operation itself started after the window, the op layer does not retry (its gate looks at the waited operation's start): the operation times out and the recovery replays the bystander exactly once |
 //! | any other | ran before the faulted operation's batch: completed in place, `Ok` byte-exact, never replayed |
 //!
 //! Replays are counted by the ring (`replays`): those of the bystander are the ring's replays less the
@@ -333,8 +333,9 @@ impl Staged {
         let (want, exact) = match (hung, self.by.replayable()) {
             (false, _) => (Fate::Completed, true),
             (true, false) => (Fate::Aborted, true),
-            // A V2 retry replays it once per retry; a hang's recovery once.
-            (true, true) => (Fate::Replayed, kind == Some(FaultKind::Hang)),
+            // A V2 retry replays it once per retry; a hang's recovery once (also the recovery after a timeout
+            // the window's hang of the bystander caused, with no retry: `Observed::hung_ahead`).
+            (true, true) => (Fate::Replayed, kind == Some(FaultKind::Hang) || observed.is_some_and(|o| o.hung_ahead)),
         };
         let want_replays = u64::from(want == Fate::Replayed);
         if fate != want {

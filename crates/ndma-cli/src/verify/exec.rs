@@ -68,7 +68,7 @@ pub fn execute(bed: Bed<'_>, spec: &OpSpec, base: &Baseline) -> OpRecord {
         })
     };
     let (retries, timeouts) = (delta(|s| s.retries), delta(|s| s.timeouts));
-    let mut observed = armed.map(|a| a.observe(bed, retries, timeouts, returned));
+    let mut observed = armed.map(|a| a.observe(bed, retries, timeouts, started, returned));
     match ran {
         Ok(ran) => {
             if let (Some(o), Some(f)) = (observed.as_mut(), spec.fault) {

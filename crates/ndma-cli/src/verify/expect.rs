@@ -46,6 +46,7 @@ impl Expected {
             (Some(f), Some(o)) if f.expectation() == Expectation::Timeout && o.benign().is_none() => {
                 Expected::Timeout { eng: ring.0, qid: ring.1 }
             }
+            (Some(_), Some(o)) if o.hung_ahead => Expected::Timeout { eng: ring.0, qid: ring.1 },
             (Some(_), Some(o)) if o.reset_outlasted_op => Expected::OkOrRetryExhausted,
             (Some(f), Some(_)) if f.expectation() == Expectation::PinError => {
                 super::path::zerocopy_pin_errno(spec).map_or(Expected::Ok, |errno| Expected::PinFailed { errno })

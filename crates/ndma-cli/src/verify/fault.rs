@@ -199,6 +199,11 @@ pub struct Observed {
     /// counted at least as many reset-window hangs), however late the operation returned: a thread
     /// descheduled in its last wait returns long after the window whose hang it reports.
     pub reset_outlasted_op: bool,
+    /// V2: the window hung the queue under work staged ahead of the operation (a bystander), and the operation
+    /// itself started after the window was over. The op layer's retry looks at the waited operation's own
+    /// start (`nr_op_in_reset_wnd`), so it reports the timeout without a retry, and the recovery replays the
+    /// work ahead once: the timeout is the injected hang's.
+    pub hung_ahead: bool,
 }
 
 /// Jiffies of slack when deciding whether a reset window outlasted an operation: the platform's jiffies
@@ -272,9 +277,9 @@ pub fn arm_behind(bed: Bed<'_>, spec: FaultSpec, op_seed: u64, nc: u32, ahead: u
 impl Armed {
     /// After the operation: what the fault did, then the plan emptied, a reset window waited out (so the next
     /// operation cannot start inside it) and the engine's fault log taken. `retries` and `timeouts` are the
-    /// ring's V2 reset-window retries and timed-out marker waits during the operation, `returned` the
-    /// platform's jiffies when it returned.
-    pub fn observe(self, bed: Bed<'_>, retries: u64, timeouts: u64, returned: u64) -> Observed {
+    /// ring's V2 reset-window retries and timed-out marker waits during the operation, `started` and
+    /// `returned` the platform's jiffies when it was called and when it returned.
+    pub fn observe(self, bed: Bed<'_>, retries: u64, timeouts: u64, started: u64, returned: u64) -> Observed {
         let plan = bed.emu.fault_plan();
         let left = plan.entries();
         plan.clear();
@@ -282,11 +287,18 @@ impl Armed {
         let corruptions = bed.emu.corruptions();
         let corruption = corruptions.get(self.corruptions_before).copied();
         let v2 = bed.dev.dhal().retry_memcpy();
+        let (start, end) = bed.emu.reset_times(self.nc);
         let reset_outlasted_op = self.spec.kind == FaultKind::ResetWindow && {
-            let (start, end) = bed.emu.reset_times(self.nc);
             let every_timeout_hung = v2 && timeouts > 0 && engine.reset_hangs >= timeouts;
             end <= start || returned <= end + RESET_SLACK_JIFFIES || every_timeout_hung
         };
+        // The operation's own start is at or after `started`: past the window's end, the retry cannot apply.
+        let hung_ahead = self.spec.kind == FaultKind::ResetWindow
+            && v2
+            && engine.reset_hangs > 0
+            && retries == 0
+            && start < end
+            && started > end;
         let (hit, why) = match self.spec.kind {
             // One-shot entries leave the plan when they fire.
             FaultKind::Hang | FaultKind::DropFinalWrite => (left.is_empty(), "the plan entry was never consumed"),
@@ -303,7 +315,8 @@ impl Armed {
             // engine only after the window (the thread descheduled meanwhile) met no fault.
             FaultKind::ResetWindow if v2 => {
                 let hung = engine.reset_hangs > 0;
-                (hung && retries > 0, if hung { "the queue hung in the reset window and was not replayed" } else { "" })
+                let handled = retries > 0 || hung_ahead;
+                (hung && handled, if hung { "the queue hung in the reset window and was not replayed" } else { "" })
             }
             FaultKind::ResetWindow => (self.reset_in_progress, "the reset was over before the operation"),
             // Judged by the caller, which has the user buffer and the outcome.
@@ -314,7 +327,7 @@ impl Armed {
         }
         // An empty reason: the fault never applied, which is no miss of the op layer's.
         let missed = (!hit && !why.is_empty()).then(|| format!("{}: {why}", self.spec.describe()));
-        Observed { hit, missed, corruption, device_faults: bed.emu.take_faults(), reset_outlasted_op }
+        Observed { hit, missed, corruption, device_faults: bed.emu.take_faults(), reset_outlasted_op, hung_ahead }
     }
 }
 
