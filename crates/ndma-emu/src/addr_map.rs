@@ -38,13 +38,40 @@ pub(crate) struct AddrMap {
     /// The arch's `pci_host_base` and `host_addr_mask`, read once: every descriptor decodes two addresses.
     pci_host_base: u64,
     host_addr_mask: u64,
+    /// Each space's bounds and mapping, indexed by [`Space`], copied out once for the same reason: read
+    /// through the `Arc`s below, a decode was a chain of dependent loads, the costliest lines of a scattered
+    /// stream's descriptor fetch (perf).
+    bounds: [Bounds; 2],
     host: Arc<HostMemory>,
     hbm: Arc<Hbm>,
 }
 
+/// A space's physical range and the CPU address of its first byte (see [`AddrMap::bounds`]).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    base: u64,
+    size: u64,
+    ptr: *mut u8,
+}
+
+impl Bounds {
+    fn of(s: &MemSpace) -> Self {
+        // SAFETY: offset 0 is inside every space (a space is never empty).
+        Bounds { base: s.base(), size: s.size(), ptr: unsafe { s.at(0) } }
+    }
+}
+
+// SAFETY: `ptr` points into a mapping owned by the `MemSpace` it was copied from, which the map's `Arc`s keep
+// alive; the map only computes addresses from it, and `MemSpace` itself is `Send` and `Sync` (every access to
+// the memory is a raw-pointer access under the DMA protocol).
+unsafe impl Send for AddrMap {}
+// SAFETY: as for `Send`: shared use only reads the copied bounds.
+unsafe impl Sync for AddrMap {}
+
 impl AddrMap {
     pub(crate) fn new(arch: Arch, host: Arc<HostMemory>, hbm: Arc<Hbm>) -> Self {
-        AddrMap { pci_host_base: arch.pci_host_base(), host_addr_mask: arch.host_addr_mask(), host, hbm }
+        let bounds = [Bounds::of(host.space()), Bounds::of(&hbm.space)];
+        AddrMap { pci_host_base: arch.pci_host_base(), host_addr_mask: arch.host_addr_mask(), bounds, host, hbm }
     }
 
     /// The space and physical address a device address selects (the test of [`Arch::is_host_addr`]).
@@ -59,8 +86,11 @@ impl AddrMap {
     /// Decodes `[addr, addr + len)`, or `None` when any byte of it is outside memory.
     pub(crate) fn decode(&self, addr: u64, len: u64) -> Option<Loc> {
         let (space, pa) = self.route(addr);
-        let off = self.space(space).offset_of(pa, len)?;
-        Some(Loc { space, off })
+        // As `MemSpace::offset_of`, on the copied bounds.
+        let b = &self.bounds[space as usize];
+        let off = pa.checked_sub(b.base)?;
+        // `end <= size <= isize::MAX`, so the cast is lossless.
+        (off.checked_add(len)? <= b.size).then_some(Loc { space, off: off as usize })
     }
 
     pub(crate) fn space(&self, s: Space) -> &MemSpace {
@@ -72,8 +102,9 @@ impl AddrMap {
 
     /// CPU pointer of a decoded location.
     pub(crate) fn ptr(&self, loc: Loc) -> *mut u8 {
-        // SAFETY: every `Loc` is built by `decode`, whose offset `offset_of` checked against the space.
-        unsafe { self.space(loc.space).at(loc.off) }
+        // SAFETY: every `Loc` is built by `decode`, which checked its offset against the space's size, and the
+        // mapping is that long.
+        unsafe { self.bounds[loc.space as usize].ptr.add(loc.off) }
     }
 
     pub(crate) fn hbm(&self) -> &Hbm {

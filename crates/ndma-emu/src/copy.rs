@@ -64,17 +64,28 @@ impl Copy {
             g.len = 1;
             return g;
         }
+        let space = list.first().map_or(Space::Host, |c| c.dst.space);
+        // While every lane so far reads another space than the group writes and writes past the end of the
+        // lanes before it (a scattered h2d stream: host pages to consecutive HBM), a copy that does the same
+        // is independent of them all without a pairwise look.
+        let (mut ordered, mut dst_end) = (true, 0);
         while g.len < list.len().min(bulk::LANES) {
             let c = &list[g.len];
-            // A copy over its own source needs memmove's order, which interleaved blocks do not keep.
-            let independent = !c.src.overlaps(c.len, c.dst, c.len)
-                && list[..g.len].iter().all(|p| {
-                    !p.dst.overlaps(p.len, c.src, c.len)
-                        && !p.dst.overlaps(p.len, c.dst, c.len)
-                        && !c.dst.overlaps(c.len, p.src, p.len)
-                });
+            let independent = if ordered && c.src.space != space && c.dst.off >= dst_end {
+                true
+            } else {
+                ordered = false;
+                // A copy over its own source needs memmove's order, which interleaved blocks do not keep.
+                !c.src.overlaps(c.len, c.dst, c.len)
+                    && list[..g.len].iter().all(|p| {
+                        !p.dst.overlaps(p.len, c.src, c.len)
+                            && !p.dst.overlaps(p.len, c.dst, c.len)
+                            && !c.dst.overlaps(c.len, p.src, p.len)
+                    })
+            };
+            dst_end = c.dst.off + c.len;
             let (src, dst) = (map.ptr(c.src), map.ptr(c.dst));
-            if c.dst.space != list[0].dst.space || !bulk::streams(c.len, dst) || !independent {
+            if c.dst.space != space || !bulk::streams(c.len, dst) || !independent {
                 break;
             }
             // A host destination's last word is published on its own, as `perform` does (`len` is a page or
@@ -191,5 +202,42 @@ mod tests {
         let mut dependent = copies;
         dependent[3].src = Loc { space: Space::Host, off: pages[1] * 4096 + 8 };
         assert_eq!(Copy::group(&map, &dependent).len(), 3, "reading a lane's destination ends the group");
+    }
+
+    /// A scattered h2d stream's group (host pages to consecutive HBM, no pairwise look needed) is full; a
+    /// copy that breaks that shape is still checked against every lane before it: writing over an earlier
+    /// lane's destination, or reading one, ends the group there, while an independent one out of order
+    /// joins.
+    #[test]
+    fn a_group_of_consecutive_hbm_destinations_checks_what_breaks_the_order() {
+        if !bulk::streams_available() {
+            return;
+        }
+        const SIZE: usize = 1 << 20;
+        let host = Arc::new(HostMemory::new(SIZE as u64).unwrap());
+        let hbm = Arc::new(Hbm::new(SIZE as u64).unwrap());
+        let map = AddrMap::new(udma::Arch::V3, host, hbm);
+        let pages = [37usize, 3, 90, 12, 60, 25, 71, 44];
+        let page = |space, n: usize| Loc { space, off: n * 4096 };
+        let stream: Vec<Copy> = (0..bulk::LANES)
+            .map(|k| Copy { src: page(Space::Host, pages[k]), dst: page(Space::Hbm, 100 + k), len: 4096 })
+            .collect();
+        assert_eq!(Copy::group(&map, &stream).len(), bulk::LANES, "independent: a full group");
+
+        let mut over = stream.clone();
+        over[5].dst = page(Space::Hbm, 102);
+        assert_eq!(Copy::group(&map, &over).len(), 5, "lane 5 writes over lane 2's destination");
+        let mut reads = stream.clone();
+        reads[4].src = page(Space::Hbm, 101);
+        assert_eq!(Copy::group(&map, &reads).len(), 4, "lane 4 reads lane 1's destination");
+        let mut back = stream.clone();
+        back[3].dst = page(Space::Hbm, 50);
+        assert_eq!(Copy::group(&map, &back).len(), bulk::LANES, "out of order but independent");
+        back[6].dst = page(Space::Hbm, 50);
+        assert_eq!(Copy::group(&map, &back).len(), 6, "after the order broke, lane 6 over lane 3 is caught");
+        back[6].dst = page(Space::Hbm, 105);
+        assert_eq!(Copy::group(&map, &back).len(), 6, "and so is lane 6 over lane 5, after it");
+        back[4].dst = page(Space::Hbm, 101);
+        assert_eq!(Copy::group(&map, &back).len(), 4, "lane 4, past lane 3 but over lane 1, is caught");
     }
 }
