@@ -186,7 +186,8 @@ struct Extents {
 /// A set of pages of each space: a bit per page, up to the highest page ever recorded (32 KiB of bits per
 /// GiB), with the words set since the last clear listed so that clearing costs what was recorded. Written
 /// by hand rather than a hash set: recording a page is a shift and an or, where hashing it cost ~95
-/// instructions — on a 256 MiB scattered transfer a sixth of the engine's bookkeeping (perf).
+/// instructions, and its inserts were a third of the engine worker's bookkeeping samples on a 256 MiB scattered
+/// transfer (perf).
 #[derive(Debug, Default)]
 struct PageBits {
     /// Per space ([`space_index`]), bit `p % 64` of word `p / 64` for page `p`.
