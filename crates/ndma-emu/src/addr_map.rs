@@ -107,6 +107,14 @@ impl AddrMap {
         unsafe { self.bounds[loc.space as usize].ptr.add(loc.off) }
     }
 
+    /// A V3 device's view of a fresh host DRAM and HBM of `size` bytes each (for unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(size: usize) -> Self {
+        let host = Arc::new(HostMemory::new(size as u64).unwrap());
+        let hbm = Arc::new(Hbm::new(size as u64).unwrap());
+        AddrMap::new(Arch::V3, host, hbm)
+    }
+
     pub(crate) fn hbm(&self) -> &Hbm {
         &self.hbm
     }

@@ -149,21 +149,10 @@ impl Group {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::hbm::Hbm;
-    use crate::host::HostMemory;
 
-    /// Bytes of each space of [`map_of`]'s maps.
+    /// Bytes of each space of the tests' maps.
     const SIZE: usize = 1 << 20;
-
-    /// A V3 device's view of a host DRAM and an HBM of `size` bytes each.
-    fn map_of(size: usize) -> AddrMap {
-        let host = Arc::new(HostMemory::new(size as u64).unwrap());
-        let hbm = Arc::new(Hbm::new(size as u64).unwrap());
-        AddrMap::new(udma::Arch::V3, host, hbm)
-    }
 
     /// A group of host-destination copies (a scattered d2h buffer's pages) lands byte-exact — bodies, the
     /// published last words, a lane whose end is not word-aligned — with every byte around the destinations
@@ -173,7 +162,7 @@ mod tests {
         if !bulk::streams_available() {
             return;
         }
-        let map = map_of(SIZE);
+        let map = AddrMap::for_test(SIZE);
         let whole = |s: Space| {
             // SAFETY: both spaces are SIZE bytes long and only this thread touches them.
             unsafe { std::slice::from_raw_parts_mut(map.ptr(Loc { space: s, off: 0 }), SIZE) }
@@ -220,7 +209,7 @@ mod tests {
         if !bulk::streams_available() {
             return;
         }
-        let map = map_of(SIZE);
+        let map = AddrMap::for_test(SIZE);
         let pages = [37usize, 3, 90, 12, 60, 25, 71, 44];
         let page = |space, n: usize| Loc { space, off: n * 4096 };
         let stream: Vec<Copy> = (0..bulk::LANES)

@@ -381,10 +381,7 @@ mod tests {
     /// over a source posted since does.
     #[test]
     fn a_drain_clears_the_index() {
-        const SIZE: usize = 4 << 20;
-        let host = std::sync::Arc::new(crate::host::HostMemory::new(SIZE as u64).unwrap());
-        let hbm = std::sync::Arc::new(crate::hbm::Hbm::new(SIZE as u64).unwrap());
-        let map = AddrMap::new(udma::Arch::V3, host, hbm);
+        let map = AddrMap::for_test(4 << 20);
         let over = |off: usize| Copy { src: at(Space::Host, 0x100), dst: at(Space::Host, off), len: 4 };
         let mut p = posted(100, 0x10_0000, 0x20_0000);
         assert!(p.conflicts(&over(0x10_0000 + 8)), "over the first source");
@@ -480,16 +477,8 @@ mod tests {
     /// over earlier destinations and over earlier sources, among independent ones, aligned and not.
     #[test]
     fn a_grouped_drain_equals_writes_in_turn() {
-        use std::sync::Arc;
-
-        use crate::addr_map::AddrMap;
-        use crate::hbm::Hbm;
-        use crate::host::HostMemory;
-
         const SIZE: usize = 4 << 20;
-        let host = Arc::new(HostMemory::new(SIZE as u64).unwrap());
-        let hbm = Arc::new(Hbm::new(SIZE as u64).unwrap());
-        let map = AddrMap::new(udma::Arch::V3, host, hbm);
+        let map = AddrMap::for_test(SIZE);
         let whole = |s: Space| {
             // SAFETY: both spaces are SIZE bytes long and only this thread touches them.
             unsafe { std::slice::from_raw_parts_mut(map.ptr(at(s, 0)), SIZE) }
