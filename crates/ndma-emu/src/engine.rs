@@ -836,10 +836,11 @@ impl Engine {
     fn land_group(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op]) -> usize {
         // What the op alone says; whether it could observe a posted write is asked only once a group is
         // possible (the first op lands on its own otherwise, and `land` asks then).
+        // The merge test last: a posted write (every op of a host→HBM stream, asked about on each) is
+        // refused by its flags alone.
         let may_join = |k: usize, op: &Op| {
             let alone = !op.dropped && !op.drain_before && !op.write_barrier;
-            let merges = ops.get(k + 1).is_some_and(|next| Self::join(op, next).is_some());
-            alone && !merges && !dev.ordering.posts(&op.copy)
+            alone && !dev.ordering.posts(&op.copy) && ops.get(k + 1).is_none_or(|next| Self::join(op, next).is_none())
         };
         // Most calls end here: a posted write (a host→HBM stream), one that merges, or a marker followed by
         // posted writes.
