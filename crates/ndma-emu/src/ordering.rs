@@ -184,10 +184,10 @@ struct Extents {
 }
 
 /// A set of pages of each space: a bit per page, up to the highest page ever recorded (32 KiB of bits per
-/// GiB), with the words set since the last clear listed so that clearing costs what was recorded. Written
-/// by hand rather than a hash set: recording a page is a shift and an or, where hashing it cost ~95
-/// instructions, and its inserts were a third of the engine worker's bookkeeping samples on a 256 MiB scattered
-/// transfer (perf).
+/// GiB of offsets, see `insert` for what of it is committed), with the words set since the last clear listed
+/// so that clearing costs what was recorded. Written by hand rather than a hash set: recording a page is a
+/// shift and an or, where hashing it cost ~95 instructions, and its inserts were a third of the engine
+/// worker's bookkeeping samples on a 256 MiB scattered transfer (perf).
 #[derive(Debug, Default)]
 struct PageBits {
     /// Per space ([`space_index`]), bit `p % 64` of word `p / 64` for page `p`.
@@ -212,7 +212,11 @@ impl PageBits {
         let (k, w) = (space_index(space), page / 64);
         let words = &mut self.words[k];
         if w >= words.len() {
-            words.resize((w + 1).next_power_of_two(), 0);
+            // A fresh zeroed allocation rather than `resize`, which writes every new word: a large one comes
+            // as untouched zero pages, so a write at a high HBM offset costs memory only where bits are set.
+            let mut grown = vec![0; (w + 1).next_power_of_two()];
+            grown[..words.len()].copy_from_slice(words);
+            *words = grown;
         }
         if words[w] == 0 {
             self.dirty.push((k as u8, w));
