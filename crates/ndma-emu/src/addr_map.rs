@@ -18,6 +18,19 @@ pub enum Space {
     Hbm,
 }
 
+impl Space {
+    /// How many spaces there are: the length of a table indexed by [`Space::index`].
+    pub(crate) const COUNT: usize = 2;
+
+    /// This space's slot in a table of [`Space::COUNT`] entries.
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Space::Host => 0,
+            Space::Hbm => 1,
+        }
+    }
+}
+
 /// A decoded, bounds-checked location: a space and a byte offset inside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Loc {
@@ -38,10 +51,10 @@ pub(crate) struct AddrMap {
     /// The arch's `pci_host_base` and `host_addr_mask`, read once: every descriptor decodes two addresses.
     pci_host_base: u64,
     host_addr_mask: u64,
-    /// Each space's bounds and mapping, indexed by [`Space`], copied out once for the same reason: read
+    /// Each space's bounds and mapping, by [`Space::index`], copied out once for the same reason: read
     /// through the `Arc`s below, a decode was a chain of dependent loads, the costliest lines of a scattered
     /// stream's descriptor fetch (perf).
-    bounds: [Bounds; 2],
+    bounds: [Bounds; Space::COUNT],
     host: Arc<HostMemory>,
     hbm: Arc<Hbm>,
 }
@@ -87,7 +100,7 @@ impl AddrMap {
     pub(crate) fn decode(&self, addr: u64, len: u64) -> Option<Loc> {
         let (space, pa) = self.route(addr);
         // As `MemSpace::offset_of`, on the copied bounds.
-        let b = &self.bounds[space as usize];
+        let b = &self.bounds[space.index()];
         let off = pa.checked_sub(b.base)?;
         // `end <= size <= isize::MAX`, so the cast is lossless.
         (off.checked_add(len)? <= b.size).then_some(Loc { space, off: off as usize })
@@ -104,7 +117,7 @@ impl AddrMap {
     pub(crate) fn ptr(&self, loc: Loc) -> *mut u8 {
         // SAFETY: every `Loc` is built by `decode`, which checked its offset against the space's size, and the
         // mapping is that long.
-        unsafe { self.bounds[loc.space as usize].ptr.add(loc.off) }
+        unsafe { self.bounds[loc.space.index()].ptr.add(loc.off) }
     }
 
     /// A V3 device's view of a fresh host DRAM and HBM of `size` bytes each (for unit tests).

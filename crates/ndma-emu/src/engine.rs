@@ -834,10 +834,9 @@ impl Engine {
     /// waits on memory alone and fences its streaming stores on its own. Returns how many it landed (0 when
     /// fewer than two qualify: the caller lands the first on its own).
     fn land_group(&self, dev: &DeviceCore, exec: &mut ExecState, ops: &[Op]) -> usize {
-        // What the op alone says; whether it could observe a posted write is asked only once a group is
-        // possible (the first op lands on its own otherwise, and `land` asks then).
-        // The merge test last: a posted write (every op of a host→HBM stream, asked about on each) is
-        // refused by its flags alone.
+        // What the op alone says, the merge test last: a posted write (every op of a host→HBM stream, asked
+        // about on each) is refused without it. Whether it could observe a posted write is asked only once a
+        // group is possible (the first op lands on its own otherwise, and `land` asks then).
         let may_join = |k: usize, op: &Op| {
             let alone = !op.dropped && !op.drain_before && !op.write_barrier;
             alone && !dev.ordering.posts(&op.copy) && ops.get(k + 1).is_none_or(|next| Self::join(op, next).is_none())

@@ -68,10 +68,7 @@ pub(crate) struct PostedWrites {
 const SCAN_MAX: usize = 16;
 
 fn space_bit(s: Space) -> u8 {
-    match s {
-        Space::Host => 1,
-        Space::Hbm => 2,
-    }
+    1 << s.index()
 }
 
 impl PostedWrites {
@@ -190,17 +187,10 @@ struct Extents {
 /// worker's bookkeeping samples on a 256 MiB scattered transfer (perf).
 #[derive(Debug, Default)]
 struct PageBits {
-    /// Per space ([`space_index`]), bit `p % 64` of word `p / 64` for page `p`.
-    words: [Vec<u64>; 2],
+    /// Per space (by [`Space::index`]), bit `p % 64` of word `p / 64` for page `p`.
+    words: [Vec<u64>; Space::COUNT],
     /// `(space, word)` of every word that went from zero to non-zero since the last clear.
     dirty: Vec<(u8, usize)>,
-}
-
-fn space_index(s: Space) -> usize {
-    match s {
-        Space::Host => 0,
-        Space::Hbm => 1,
-    }
 }
 
 impl PageBits {
@@ -209,7 +199,7 @@ impl PageBits {
     }
 
     fn insert(&mut self, space: Space, page: usize) {
-        let (k, w) = (space_index(space), page / 64);
+        let (k, w) = (space.index(), page / 64);
         let words = &mut self.words[k];
         if w >= words.len() {
             // A fresh zeroed allocation rather than `resize`, which writes every new word: a large one comes
@@ -225,7 +215,7 @@ impl PageBits {
     }
 
     fn contains(&self, space: Space, page: usize) -> bool {
-        self.words[space_index(space)].get(page / 64).is_some_and(|w| w & (1 << (page % 64)) != 0)
+        self.words[space.index()].get(page / 64).is_some_and(|w| w & (1 << (page % 64)) != 0)
     }
 
     fn clear(&mut self) {
