@@ -7,6 +7,7 @@ use std::sync::Arc;
 use udma::Arch;
 
 use crate::hbm::Hbm;
+use crate::memory::offset_in;
 use crate::{HostMemory, MemSpace};
 
 /// Which physical space a decoded address lies in.
@@ -99,11 +100,9 @@ impl AddrMap {
     /// Decodes `[addr, addr + len)`, or `None` when any byte of it is outside memory.
     pub(crate) fn decode(&self, addr: u64, len: u64) -> Option<Loc> {
         let (space, pa) = self.route(addr);
-        // As `MemSpace::offset_of`, on the copied bounds.
+        // `MemSpace::offset_of`, on the copied bounds.
         let b = &self.bounds[space.index()];
-        let off = pa.checked_sub(b.base)?;
-        // `end <= size <= isize::MAX`, so the cast is lossless.
-        (off.checked_add(len)? <= b.size).then_some(Loc { space, off: off as usize })
+        offset_in(b.base, b.size, pa, len).map(|off| Loc { space, off })
     }
 
     pub(crate) fn space(&self, s: Space) -> &MemSpace {

@@ -155,10 +155,7 @@ impl MemSpace {
 
     /// Offset of `[pa, pa + len)` inside the space, or `None` if any byte of it lies outside.
     pub fn offset_of(&self, pa: u64, len: u64) -> Option<usize> {
-        let off = pa.checked_sub(self.base)?;
-        let end = off.checked_add(len)?;
-        // `end <= size <= isize::MAX`, so the cast is lossless.
-        (end <= self.size).then_some(off as usize)
+        offset_in(self.base, self.size, pa, len)
     }
 
     fn checked(&self, pa: u64, len: u64) -> Result<usize, EmuError> {
@@ -238,6 +235,16 @@ impl core::fmt::Debug for MemSpace {
         let backing = if self.file.is_some() { "memfd" } else { "anonymous" };
         write!(f, "MemSpace({} [{:#x}, +{:#x}), {backing})", self.what, self.base, self.size)
     }
+}
+
+/// Offset of `[pa, pa + len)` inside a space of `size` bytes at `base` (at most `isize::MAX` bytes, as every
+/// mapping is), or `None` if any byte of it lies outside.
+#[inline]
+pub(crate) fn offset_in(base: u64, size: u64, pa: u64, len: u64) -> Option<usize> {
+    let off = pa.checked_sub(base)?;
+    let end = off.checked_add(len)?;
+    // `end <= size <= isize::MAX`, so the cast is lossless.
+    (end <= size).then_some(off as usize)
 }
 
 #[cfg(test)]
