@@ -234,14 +234,7 @@ impl Extents {
             self.insert(side(&list[regrown]), list[regrown].len, true);
         }
         for p in list.iter().skip(self.indexed) {
-            let at = side(p);
-            // Most posted writes are a page or less inside one page: recorded here, without the general path.
-            if p.len > 0 && at.off % PAGE + p.len <= PAGE {
-                self.pages.insert(at.space, at.off / PAGE);
-                self.last_long = false;
-            } else {
-                self.insert(at, p.len, false);
-            }
+            self.insert(side(p), p.len, false);
         }
         self.indexed = list.len();
         if len == 0 {
@@ -258,9 +251,18 @@ impl Extents {
 
     /// Records `[at, at + len)`; `again` says it is the last range inserted, grown since (it starts where
     /// it did).
+    // Inlined: it runs once per posted write; out of line, the call cost 0.5 % of a scattered 1 MiB
+    // transfer's instructions (callgrind).
+    #[inline(always)]
     fn insert(&mut self, at: Loc, len: usize, again: bool) {
         if len == 0 {
             // Nothing to record, but this is now the last range: if it grows, it is not `long`'s last.
+            self.last_long = false;
+            return;
+        }
+        // Most posted writes are a page or less inside one page (a long range that grew never is).
+        if at.off % PAGE + len <= PAGE {
+            self.pages.insert(at.space, at.off / PAGE);
             self.last_long = false;
             return;
         }
