@@ -139,6 +139,18 @@ mod tests {
     }
 
     #[test]
+    fn pages_past_the_size_are_neither_planned_nor_counted_as_runs() {
+        // Three scattered frames, but 100 bytes end inside the first: one run, one descriptor.
+        let frames = [0x1000, 0x5000, 0x9000];
+        let plan = plan_descriptors(Arch::V3, &frames, 0, 100, 0x10, true, false);
+        let want = ZcDesc { src: HOST_V3 | 0x1000, dst: 0x10, len: 100, barrier: Barrier::None };
+        assert_eq!((plan.data, plan.runs), (vec![want], 1));
+        // Ending exactly at the second page's end: two runs, the third frame untouched.
+        let plan = plan_descriptors(Arch::V3, &frames, 0, 2 * PAGE_SIZE, 0x10, true, false);
+        assert_eq!((plan.data.len(), plan.runs), (2, 2));
+    }
+
+    #[test]
     fn addresses_at_the_top_of_the_address_space_neither_panic_nor_merge_across_it() {
         let top = u64::MAX - (PAGE_SIZE - 1);
         let plan = plan_descriptors(Arch::V3, &[top, 0], 0, 2 * PAGE_SIZE, u64::MAX - 100, false, false);
