@@ -450,6 +450,58 @@ mod tests {
         q.check_invariants().unwrap();
     }
 
+    /// The checker the property test relies on rejects each breakage: a cursor out of order, and a state
+    /// outside each of the four regions.
+    #[test]
+    fn the_invariant_check_rejects_what_it_names() {
+        // Head 0, FPU 1, FU 2, tail 3: one submitted, one pinned, one unpinned piece.
+        let fresh = || {
+            let mut q = CtxQueue::new(8, 1 << 20);
+            push(&mut q, ZcState::PinnedUnsubmitted, 1, 1);
+            push(&mut q, ZcState::PinnedUnsubmitted, 2, 1);
+            push(&mut q, ZcState::Unpinned, 3, 1);
+            q.entry_mut(0).state = ZcState::Submitted;
+            q.inc_fpu();
+            assert_eq!(q.cursors(), (0, 1, 2, 3));
+            q
+        };
+        fresh().check_invariants().unwrap();
+        let broken = |q: &CtxQueue| q.check_invariants().unwrap_err();
+
+        let mut order = fresh();
+        (order.fpu, order.fu) = (2, 1);
+        assert!(broken(&order).starts_with("cursor order broken"), "{}", broken(&order));
+        let mut past = fresh();
+        past.fu = 4;
+        assert!(broken(&past).starts_with("cursor order broken"));
+
+        for (slot, state) in [
+            (0, ZcState::PinnedUnsubmitted), // the submitted region
+            (0, ZcState::Unpinned),
+            (1, ZcState::Submitted), // the pinned region
+            (1, ZcState::Unpinned),
+            (2, ZcState::Submitted), // the unpinned region
+            (3, ZcState::Completed), // past the tail
+        ] {
+            let mut bad = fresh();
+            bad.entries[slot].state = state;
+            let why = broken(&bad);
+            assert!(why.starts_with(&format!("slot {slot} ")), "slot {slot} as {state:?}: {why}");
+        }
+        // What each region allows passes.
+        for (slot, state) in [
+            (0, ZcState::Completed),
+            (0, ZcState::Invalid),
+            (1, ZcState::Completed),
+            (2, ZcState::PinnedUnsubmitted),
+            (2, ZcState::Completed),
+        ] {
+            let mut ok = fresh();
+            ok.entries[slot].state = state;
+            ok.check_invariants().unwrap();
+        }
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Push(u8, u64),
