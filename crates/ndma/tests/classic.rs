@@ -116,6 +116,8 @@ fn hung_queue_times_out_with_the_exact_poll_budget_and_the_ring_recovers() {
         assert_eq!(tb.platform.now_us() - t0, budget.first_wait_us + polls, "{arch}: virtual time waited");
         let s = dev.ring_stats(0).unwrap();
         assert_eq!((s.timeouts, s.retries, s.ring_resets), (1, 0, 1), "{arch}: no retry outside a reset window");
+        // The wait counters hold the budget consumed: the first wait and one 1 µs interval per poll.
+        assert_eq!((s.polls, s.wait_us), (polls, budget.first_wait_us + polls), "{arch}: wait counters");
         assert!(!emu.is_hung(eng, qid), "the ring re-init cleared the hang");
         // The next copy on the device succeeds, byte-exact.
         let w2 = Window::new(dev, emu, Dir::H2d, 200_000, 0, 8).unwrap();
