@@ -147,7 +147,11 @@ mod tests {
         assert_eq!((plan.data, plan.runs), (vec![want], 1));
         // Ending exactly at the second page's end: two runs, the third frame untouched.
         let plan = plan_descriptors(Arch::V3, &frames, 0, 2 * PAGE_SIZE, 0x10, true, false);
-        assert_eq!((plan.data.len(), plan.runs), (2, 2));
+        let want = [
+            ZcDesc { src: HOST_V3 | 0x1000, dst: 0x10, len: 4096, barrier: Barrier::None },
+            ZcDesc { src: HOST_V3 | 0x5000, dst: 0x10 + 4096, len: 4096, barrier: Barrier::None },
+        ];
+        assert_eq!((plan.data.as_slice(), plan.runs), (&want[..], 2));
     }
 
     #[test]
