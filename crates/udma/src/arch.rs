@@ -281,6 +281,12 @@ mod tests {
             for eng in 0..arch.num_engines() {
                 let base = arch.engine_base(eng).unwrap();
                 assert_eq!(arch.engine_at(base + 0x21038), Some((eng, 0x21038)));
+                // The block's edges: its first and last byte are its own, the byte past it is not.
+                let last = crate::regs::ENGINE_REGS_SIZE - 1;
+                assert_eq!(arch.engine_at(base), Some((eng, 0)), "{arch} engine {eng}");
+                assert_eq!(arch.engine_at(base + last), Some((eng, last)), "{arch} engine {eng}");
+                let past = arch.engine_at(base + crate::regs::ENGINE_REGS_SIZE);
+                assert!(past.is_none_or(|(e, off)| e != eng && off == 0), "{arch} engine {eng}: {past:x?}");
             }
         }
     }

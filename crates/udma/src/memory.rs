@@ -188,3 +188,34 @@ pub unsafe trait DmaMemory: Send + Sync {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A region of no bytes: a dangling but aligned pointer, which no accessor may dereference.
+    struct Empty;
+
+    // SAFETY: a zero-length region; every accessor bounds-checks before it touches `as_ptr`.
+    unsafe impl DmaMemory for Empty {
+        fn as_ptr(&self) -> *mut u8 {
+            core::ptr::NonNull::<u32>::dangling().as_ptr().cast()
+        }
+        fn len(&self) -> usize {
+            0
+        }
+        fn phys_addr(&self) -> u64 {
+            0x1000
+        }
+    }
+
+    #[test]
+    fn an_empty_region_is_empty_and_refuses_every_access() {
+        let m = Empty;
+        assert!(m.is_empty());
+        assert_eq!(m.check(0, 0), Ok(()));
+        assert_eq!(m.check(0, 1), Err(UdmaError::OutOfBounds { offset: 0, len: 1, size: 0 }));
+        assert_eq!(m.load_u32(0, Ordering::Relaxed), Err(UdmaError::OutOfBounds { offset: 0, len: 4, size: 0 }));
+        assert_eq!(m.write_bytes(0, b"x"), Err(UdmaError::OutOfBounds { offset: 0, len: 1, size: 0 }));
+    }
+}

@@ -188,6 +188,7 @@ fn init_writes_the_exact_register_sequence() {
         assert_eq!(side.size_mask(), 8191);
         assert_eq!(side.qid(), QID);
     }
+    assert_eq!(q.qid(), QID);
     assert_eq!(q.tx().regs(), TXQ);
     assert_eq!(q.rx().regs(), RXQ);
     assert_eq!(q.tx().direction(), Direction::Tx);

@@ -191,6 +191,8 @@ fn copy_start_refuses_bad_counts_without_ringing() {
         (1, u32::MAX, UdmaError::InvalidDoorbellCount { count: u32::MAX, size: 8192 }),
         // A bad TX count must not let the RX doorbell through first.
         (8193, 1, UdmaError::InvalidDoorbellCount { count: 8193, size: 8192 }),
+        // A full RX count is a good one: the error names the bad TX count.
+        (8193, 8192, UdmaError::InvalidDoorbellCount { count: 8193, size: 8192 }),
     ];
     for (m2s, s2m, want) in cases {
         let err = q.copy_start(&mmio, m2s, s2m).unwrap_err();
