@@ -1,7 +1,7 @@
 //! The async double buffer (spec §3): handle FSM, first-call/no-wait, waits on the previous context, misuse,
 //! the one-batch limit, and the pipeline.
 
-use ndma::{AsyncPipeline, CtxHandle, NdmaError, MAX_BATCH_BYTES};
+use ndma::{AsyncPipeline, CtxHandle, NdmaError, Transfer, MAX_BATCH_BYTES};
 use ndma_emu::test_utils::*;
 use ndma_emu::{ClockKind, ExecPolicy, OrderingMode, PlannedFault};
 use udma::Arch;
@@ -131,6 +131,30 @@ fn a_hang_in_an_async_chain_times_out_releases_both_contexts_and_recovers() {
         p.finish().unwrap();
         a.verify("a after recovery", true).unwrap();
         b.verify("b after recovery", true).unwrap();
+        // A pipeline reports the failure of the copy it drains: from `drain` (and stays usable), from `finish`.
+        let mut p = AsyncPipeline::new(dev);
+        emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+        p.submit(&a.transfer()).unwrap();
+        assert!(matches!(p.drain(), Err(NdmaError::Timeout { .. })), "{arch}: drain");
+        assert!(p.is_idle(), "{arch}: nothing in flight after a failed drain");
+        p.submit(&b.transfer()).unwrap();
+        p.drain().unwrap();
+        emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+        p.submit(&a.transfer()).unwrap();
+        assert!(matches!(p.finish(), Err(NdmaError::Timeout { .. })), "{arch}: finish");
+        assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0), "{arch}");
+        // `then` onto a copy that hangs: the failure of the wait it did is reported, not a second wait's.
+        emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
+        let first = dev.start(&a.transfer()).unwrap();
+        assert!(matches!(first.then(&b.transfer()), Err(NdmaError::Timeout { .. })), "{arch}: then");
+        assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0), "{arch}");
+        // The accessors name what the copy moves.
+        let t = a.transfer();
+        assert_eq!((t.len(), t.is_empty(), t.src_offset_bytes(), t.dst_offset_bytes()), (a.len, false, GUARD, GUARD));
+        assert!(Transfer::new(&a.src, &a.dst, 0).src_offset(3).is_empty());
+        a.copy_all().unwrap();
+        a.verify("a after the pipeline's failures", true).unwrap();
+        b.verify("b between them", true).unwrap();
     }
 }
 

@@ -257,6 +257,48 @@ impl Gated {
     }
 }
 
+/// A classic copy on a ring that zero-copy pieces fill retires the pieces ahead of it until its batch fits —
+/// as many as that takes, and not one more: with 51 slots free and pieces of 65, a batch of 181 slots retires
+/// exactly two. The completion thread is parked elsewhere, so only the copy's staging retires anything.
+#[test]
+fn a_classic_copy_retires_exactly_the_zero_copy_pieces_it_needs_room_for() {
+    let g = Gated::new();
+    let _open = g.open_on_drop();
+    let dev = &g.system.devices()[0];
+    let emu = g.emu.device(0);
+    let mm = AddressSpace::new(g.emu.host(), 4243);
+    let _enter = mm.enter();
+    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+    g.park_completion_thread(&mm);
+    // 130 pieces of 64 scattered pages (65 slots each): 125 issue, leaving 51 of the ring's 8176 slots free.
+    let pages = 130 * 64;
+    let va = mm.map(&MapSpec::new(pages as usize, Placement::Scattered { seed: 43 })).unwrap();
+    let data = pattern(43, 0, (pages * PAGE) as usize);
+    mm.write(va, &data).unwrap();
+    let zc_mc = dev.alloc_device(pages * PAGE, 0).unwrap();
+    dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: pages * PAGE, buffer: va }], &zc_mc, 0, -1, true, 6, 60)
+        .unwrap();
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (125 * 65, 125 * 65));
+    // 180 descriptors and the marker: 181 slots = 51 + 2 × 65.
+    let size = 180 << 16;
+    let (src, dst) = (dev.alloc_host(size, 0).unwrap(), dev.alloc_device(size + 2 * PAGE, 0).unwrap());
+    let bytes = pattern(44, 0, size as usize);
+    write_chunk(emu, &src, 0, &bytes).unwrap();
+    let fill = vec![0xa5; (size + 2 * PAGE) as usize];
+    write_chunk(emu, &dst, 0, &fill).unwrap();
+    dev.memcpy_mc(&src, &dst, 0, PAGE, size).unwrap();
+    let got = read_vec(emu, &dst, 0, size + 2 * PAGE).unwrap();
+    assert!(got[..PAGE as usize] == fill[..PAGE as usize], "bytes before the window");
+    assert!(got[PAGE as usize..(PAGE + size) as usize] == bytes[..], "the window");
+    assert!(got[(PAGE + size) as usize..] == fill[..PAGE as usize], "bytes after the window");
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (123 * 65, 123 * 65), "two pieces retired, no more");
+    assert_eq!(cq.len(), 0, "the request's last piece is still queued");
+    g.delay.open();
+    assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 6, compl_ret: 0, context: 60 }]);
+    assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
+    assert!(read_vec(emu, &zc_mc, 0, pages * PAGE).unwrap() == data);
+}
+
 /// Staging a double-buffer call's copy on a ring that zero-copy pieces fill retires pieces to make room; when
 /// a retired piece's wait fails, the ring is re-initialised, and the chain's own `prev` — a copy over its own
 /// source, which cannot run again — is aborted under the call. The call must report it (`-EIO`), not wait for

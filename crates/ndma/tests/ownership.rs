@@ -194,6 +194,8 @@ fn a_copy_over_its_own_source_in_flight_is_aborted_not_restaged() {
     assert!(matches!(b.copy_all(), Err(NdmaError::Timeout { .. })));
     let s = dev.ring_stats(0).unwrap();
     assert_eq!((s.timeouts, s.replays), (1, 0), "{s:?}");
+    // Its marker never lands, so a poller must be told it is over (its wait then reports the abort).
+    assert_eq!(dev.is_complete(0, h), Ok(true), "an aborted copy is over");
     assert_eq!(dev.wait_handle(0, h), Err(NdmaError::Aborted(h.raw())));
     assert_eq!(dev.ring_stats(0).unwrap().aborts, 1);
     copy.assert_ran(emu, false, "the hung copy moved nothing");
@@ -374,8 +376,13 @@ fn in_flight_handles_chain_drain_on_drop_and_answer_without_blocking() {
     first.wait().unwrap();
     let mut p = AsyncPipeline::new(dev);
     assert!(p.is_idle());
+    set_enabled(dev, emu, 0, false);
     p.submit(&ws[0].transfer()).unwrap();
+    assert!(!p.is_idle(), "paused: the pipeline's copy is in flight");
+    set_enabled(dev, emu, 0, true);
+    assert!(p.is_idle(), "the inline engine ran on the resume");
     p.finish().unwrap();
+    ws[0].verify("the pipeline's copy", true).unwrap();
 }
 
 #[test]
