@@ -255,6 +255,21 @@ impl Gated {
         dev.zerocopy_submit(1, &[BatchOp { offset: 0, size: PAGE, buffer: va }], &mc, 0, -1, true, 77, 0).unwrap();
         self.delay.wait_parked();
     }
+
+    /// Fills NC 0's ring with one async request (`seq`, `context`) of 130 pieces of 64 scattered pages (65 slots
+    /// each): 125 issue, leaving 51 of the ring's 8176 slots free. Returns the request's bytes (a pattern of
+    /// `seed`, written to the user pages) and the device chunk they go to.
+    fn fill_ring(&self, mm: &AddressSpace, seed: u64, seq: u64, context: u64) -> (Vec<u8>, Arc<ndma::MemChunk>) {
+        let dev = &self.system.devices()[0];
+        let pages = 130 * 64;
+        let va = mm.map(&MapSpec::new(pages as usize, Placement::Scattered { seed })).unwrap();
+        let data = pattern(seed, 0, (pages * PAGE) as usize);
+        mm.write(va, &data).unwrap();
+        let zc_mc = dev.alloc_device(pages * PAGE, 0).unwrap();
+        let op = BatchOp { offset: 0, size: pages * PAGE, buffer: va };
+        dev.zerocopy_submit(0, &[op], &zc_mc, 0, -1, true, seq, context).unwrap();
+        (data, zc_mc)
+    }
 }
 
 /// A classic copy on a ring that zero-copy pieces fill retires the pieces ahead of it until its batch fits —
@@ -270,14 +285,7 @@ fn a_classic_copy_retires_exactly_the_zero_copy_pieces_it_needs_room_for() {
     let _enter = mm.enter();
     let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
     g.park_completion_thread(&mm);
-    // 130 pieces of 64 scattered pages (65 slots each): 125 issue, leaving 51 of the ring's 8176 slots free.
-    let pages = 130 * 64;
-    let va = mm.map(&MapSpec::new(pages as usize, Placement::Scattered { seed: 43 })).unwrap();
-    let data = pattern(43, 0, (pages * PAGE) as usize);
-    mm.write(va, &data).unwrap();
-    let zc_mc = dev.alloc_device(pages * PAGE, 0).unwrap();
-    dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: pages * PAGE, buffer: va }], &zc_mc, 0, -1, true, 6, 60)
-        .unwrap();
+    let (data, zc_mc) = g.fill_ring(&mm, 43, 6, 60);
     assert_eq!(dev.ring_slot_accounting(0).unwrap(), (125 * 65, 125 * 65));
     // 180 descriptors and the marker: 181 slots = 51 + 2 × 65.
     let size = 180 << 16;
@@ -296,7 +304,7 @@ fn a_classic_copy_retires_exactly_the_zero_copy_pieces_it_needs_room_for() {
     g.delay.open();
     assert_eq!(take(&cq, 1), [CqEntry { sequence_num: 6, compl_ret: 0, context: 60 }]);
     assert_eq!(dev.ring_slot_accounting(0).unwrap(), (0, 0));
-    assert!(read_vec(emu, &zc_mc, 0, pages * PAGE).unwrap() == data);
+    assert!(read_vec(emu, &zc_mc, 0, data.len() as u64).unwrap() == data);
 }
 
 /// Staging a double-buffer call's copy on a ring that zero-copy pieces fill retires pieces to make room; when
@@ -316,12 +324,7 @@ fn a_prev_aborted_while_its_call_makes_room_is_reported() {
     // NC 0's queue hangs at its next doorbell: the zero-copy pieces and `prev` stay pending.
     let (eng, qid) = dev.h2t_queue(0).unwrap();
     emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
-    // 130 pieces of 64 scattered pages (65 slots each): 125 issue, leaving 51 slots free.
-    let pages = 130 * 64;
-    let va = mm.map(&MapSpec::new(pages as usize, Placement::Scattered { seed: 41 })).unwrap();
-    let zc_mc = dev.alloc_device(pages * PAGE, 0).unwrap();
-    dev.zerocopy_submit(0, &[BatchOp { offset: 0, size: pages * PAGE, buffer: va }], &zc_mc, 0, -1, true, 5, 50)
-        .unwrap();
+    let _pieces = g.fill_ring(&mm, 41, 5, 50);
     // `prev`: a device copy over its own source, 2 slots.
     let own = dev.alloc_device(2 * PAGE, 0).unwrap();
     let before = pattern(7, 0, (2 * PAGE) as usize);
