@@ -389,6 +389,43 @@ mod tests {
         assert!(!p.conflicts(&over(0x10_0000 + 8)), "the old source is no longer indexed");
         assert!(!p.conflicts(&over(0x10_0000 + 2 * 99 * 4096)), "nor the old last one");
         assert!(p.conflicts(&over(0x30_0000 + 2 * 99 * 4096 + 4092)), "the new last source is");
+        // Every write posted since is indexed, not only the last: an index that kept its old count would
+        // skip the first hundred and miss this one.
+        assert!(p.conflicts(&over(0x30_0000 + 2 * 50 * 4096)), "a new middle source is");
+        assert!(p.conflicts(&over(0x30_0000)), "and the new first one");
+    }
+
+    /// A drain beyond the caches performs independent page writes (host pages to consecutive HBM) in groups
+    /// of up to [`crate::bulk::LANES`] and says how many it grouped; one inside the caches groups none. Both
+    /// land the same bytes.
+    #[test]
+    fn a_drain_groups_page_writes_only_beyond_the_caches() {
+        const N: usize = 20;
+        let map = AddrMap::for_test(4 << 20);
+        let (src0, dst0) = (0x10_0000, 0x20_0000);
+        for (fit, want) in [(Fit::InCache, 0), (Fit::BeyondCache, if crate::bulk::streams_available() { N } else { 0 })]
+        {
+            // SAFETY: both spaces are 4 MiB long and only this thread touches them.
+            let (host, hbm) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(map.ptr(at(Space::Host, 0)), 4 << 20),
+                    std::slice::from_raw_parts_mut(map.ptr(at(Space::Hbm, 0)), 4 << 20),
+                )
+            };
+            for (i, b) in host.iter_mut().enumerate() {
+                *b = (i * 7 + i / 4096) as u8;
+            }
+            hbm.fill(0xee);
+            let mut p = posted(N, src0, dst0);
+            assert_eq!(p.len(), N, "no two of them merge");
+            assert_eq!(p.drain(&map, fit), want, "{fit:?}");
+            assert!(p.is_empty());
+            for i in 0..N {
+                let (s, d) = (src0 + 2 * i * 4096, dst0 + i * 4096);
+                assert!(hbm[d..d + 4096] == host[s..s + 4096], "{fit:?}: page {i}");
+            }
+            assert!(hbm[..dst0].iter().chain(&hbm[dst0 + N * 4096..]).all(|&b| b == 0xee), "{fit:?}: outside");
+        }
     }
 
     /// The page index holds exactly the pages recorded since its last clear, in each space apart, including
