@@ -152,3 +152,25 @@ impl RingGuard<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ZcStatus;
+
+    /// Idle means no live context, no pinned page and no completion waiting for room, each on its own; what
+    /// a consumer has yet to take, the peak, the cursors and the thread do not count.
+    #[test]
+    fn idle_needs_each_of_contexts_pins_and_backlog_at_zero() {
+        let quiet = ZcStatus {
+            peak_pinned_pages: 64,
+            cursors: (7, 7, 7, 7),
+            posted: 3,
+            thread_running: true,
+            ..Default::default()
+        };
+        assert!(quiet.is_idle());
+        assert!(!ZcStatus { contexts: 1, ..quiet }.is_idle(), "a live context");
+        assert!(!ZcStatus { pinned_pages: 1, ..quiet }.is_idle(), "a pinned page");
+        assert!(!ZcStatus { backlog: 1, ..quiet }.is_idle(), "a completion waiting for room");
+    }
+}
