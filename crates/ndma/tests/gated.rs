@@ -15,6 +15,7 @@ use ndma::{
 };
 use ndma_emu::test_utils::take_completions as take;
 use ndma_emu::test_utils::*;
+use ndma_emu::user::EnterGuard;
 use ndma_emu::{AddressSpace, ClockKind, EmuDevice, EmuPlatform, EmuSystem, ExecPolicy, MapSpec};
 use ndma_emu::{OrderingMode, Placement, PlannedFault};
 use udma::{Arch, Direction};
@@ -244,6 +245,17 @@ impl Gated {
         OpenOnDrop(vec![Arc::clone(&self.delay), Arc::clone(&self.alloc)])
     }
 
+    /// A process (address space `pid`, entered on this thread) with NC 0's completion queue mapped, and the
+    /// completion thread parked on NC 1 ([`Gated::park_completion_thread`]).
+    fn parked_process(&self, pid: u32) -> (Arc<AddressSpace>, EnterGuard, CqConsumer) {
+        let dev = &self.system.devices()[0];
+        let mm = AddressSpace::new(self.emu.host(), pid);
+        let enter = mm.enter();
+        let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
+        self.park_completion_thread(&mm);
+        (mm, enter, cq)
+    }
+
     /// Parks the completion thread in the marker wait of an async request on NC 1 (its queue hung, so the
     /// wait is entered), where it holds no lock NC 0's ring needs.
     fn park_completion_thread(&self, mm: &AddressSpace) {
@@ -281,10 +293,7 @@ fn a_classic_copy_retires_exactly_the_zero_copy_pieces_it_needs_room_for() {
     let _open = g.open_on_drop();
     let dev = &g.system.devices()[0];
     let emu = g.emu.device(0);
-    let mm = AddressSpace::new(g.emu.host(), 4243);
-    let _enter = mm.enter();
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
-    g.park_completion_thread(&mm);
+    let (mm, _enter, cq) = g.parked_process(4243);
     let (data, zc_mc) = g.fill_ring(&mm, 43, 6, 60);
     assert_eq!(dev.ring_slot_accounting(0).unwrap(), (125 * 65, 125 * 65));
     // 180 descriptors and the marker: 181 slots = 51 + 2 × 65.
@@ -317,10 +326,7 @@ fn a_prev_aborted_while_its_call_makes_room_is_reported() {
     let _open = g.open_on_drop();
     let dev = &g.system.devices()[0];
     let emu = g.emu.device(0);
-    let mm = AddressSpace::new(g.emu.host(), 4242);
-    let _enter = mm.enter();
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
-    g.park_completion_thread(&mm);
+    let (mm, _enter, cq) = g.parked_process(4242);
     // NC 0's queue hangs at its next doorbell: the zero-copy pieces and `prev` stay pending.
     let (eng, qid) = dev.h2t_queue(0).unwrap();
     emu.fault_plan().add(PlannedFault::Hang { engine: eng, qid, persistent: false });
@@ -420,10 +426,7 @@ fn a_sync_request_steps_past_a_request_already_over_left_at_the_unpinned_cursor(
     let g = Gated::new();
     let _open = g.open_on_drop();
     let dev = &g.system.devices()[0];
-    let mm = AddressSpace::new(g.emu.host(), 4242);
-    let _enter = mm.enter();
-    let cq = CqConsumer::new(&dev.completion_queue(0).unwrap()).unwrap();
-    g.park_completion_thread(&mm);
+    let (mm, _enter, cq) = g.parked_process(4242);
     let (eng, qid) = dev.h2t_queue(0).unwrap();
     dev.set_zerocopy_pin_budget(64);
     let va = mm.map(&MapSpec::new(129, Placement::Contiguous)).unwrap();
